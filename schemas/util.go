@@ -1,0 +1,5 @@
+package schemas
+
+import "bytes"
+
+func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
