@@ -2,7 +2,6 @@ package schemas
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -43,16 +42,26 @@ var ErrBadBeacon = errors.New("bad beacon")
 // A ref is a uvarint: 0 means a literal str follows and is appended to the
 // beacon's dictionary; r > 0 means dictionary entry r-1. Types, countries and
 // regions repeat within a beacon, so each is sent once. Integers are
-// encoding/binary varints. The encoding does not validate events; decoding
-// checks only structure (Validator checks content).
+// encoding/binary varints.
+//
+// The encoding does not validate content (Validator does) but enforces the
+// same structural limits as the decoder, so whatever it produces decodes:
+// beacon_id at most MaxBeaconIDLen bytes, at most MaxBeaconEvents events,
+// each string at most its Max*Len (country 2 bytes), MaxBeaconBytes in all.
+//
+// ts is kept to the millisecond (sub-millisecond digits are dropped) and 0
+// stands for a missing ts, so an event stamped exactly at the Unix epoch
+// decodes with a zero TS; the default Validator rejects both.
 func MarshalBeacon(b *Beacon) ([]byte, error) {
 	return AppendBeacon(nil, b)
 }
 
-// AppendBeacon appends the binary form of b to dst.
+// AppendBeacon appends the binary form of b to dst. On error it returns dst
+// unchanged (same length) and the error.
 func AppendBeacon(dst []byte, b *Beacon) ([]byte, error) {
-	if len(b.Events) > MaxBeaconEvents {
-		return nil, fmt.Errorf("%w: %d events, more than %d", ErrBadBeacon, len(b.Events), MaxBeaconEvents)
+	start := len(dst)
+	if err := checkBeaconLimits(b); err != nil {
+		return dst, err
 	}
 	dst = append(dst, beaconMagic...)
 	dst = append(dst, beaconVersion)
@@ -82,10 +91,40 @@ func AppendBeacon(dst []byte, b *Beacon) ([]byte, error) {
 		}
 		dst = binary.AppendVarint(dst, ms)
 	}
-	if len(dst) > MaxBeaconBytes {
-		return nil, fmt.Errorf("%w: %d bytes, more than %d", ErrBadBeacon, len(dst), MaxBeaconBytes)
+	if n := len(dst) - start; n > MaxBeaconBytes {
+		return dst[:start], fmt.Errorf("%w: %d bytes, more than %d", ErrBadBeacon, n, MaxBeaconBytes)
 	}
 	return dst, nil
+}
+
+// checkBeaconLimits applies the decoder's structural limits before encoding.
+func checkBeaconLimits(b *Beacon) error {
+	if len(b.Events) > MaxBeaconEvents {
+		return fmt.Errorf("%w: %d events, more than %d", ErrBadBeacon, len(b.Events), MaxBeaconEvents)
+	}
+	if len(b.BeaconID) > MaxBeaconIDLen {
+		return fmt.Errorf("%w: beacon_id is %d bytes, more than %d", ErrBadBeacon, len(b.BeaconID), MaxBeaconIDLen)
+	}
+	for i := range b.Events {
+		e := &b.Events[i]
+		for _, f := range [...]struct {
+			name string
+			s    string
+			max  int
+		}{
+			{"event_id", e.EventID, MaxEventIDLen},
+			{"item", e.Item, MaxItemLen},
+			{"user", e.User, MaxUserLen},
+			{"type", e.Type, MaxTypeLen},
+			{"country", e.Country, 2},
+			{"region", e.Region, MaxRegionLen},
+		} {
+			if len(f.s) > f.max {
+				return fmt.Errorf("%w: event %d: %s is %d bytes, more than %d", ErrBadBeacon, i, f.name, len(f.s), f.max)
+			}
+		}
+	}
+	return nil
 }
 
 func appendStr(dst []byte, s string) []byte {
@@ -290,18 +329,15 @@ func (r *BeaconReader) ref(maxLen int) (string, bool) {
 	return s, true
 }
 
-// ParseBeaconJSON decodes the JSON form of a beacon (the ingest API's body).
-// Unknown fields are rejected so that a typo ("timestamp" for "ts") is an
-// error and not a silently missing field.
+// ParseBeaconJSON decodes the JSON form of a beacon (the ingest API's body):
+// exactly one JSON object, nothing after it but whitespace. Unknown fields are
+// rejected so that a typo ("timestamp" for "ts") is an error and not a
+// silently missing field. (encoding/json matches field names without regard
+// to case, so "TS" is read as "ts".)
 func ParseBeaconJSON(data []byte) (*Beacon, error) {
 	var b Beacon
-	dec := json.NewDecoder(bytesReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&b); err != nil {
+	if err := decodeJSONObject(data, &b); err != nil {
 		return nil, fmt.Errorf("%w: json: %w", ErrBadBeacon, err)
-	}
-	if dec.More() {
-		return nil, fmt.Errorf("%w: json: data after the beacon object", ErrBadBeacon)
 	}
 	if len(b.BeaconID) > MaxBeaconIDLen {
 		return nil, fmt.Errorf("%w: beacon_id is %d bytes, more than %d", ErrBadBeacon, len(b.BeaconID), MaxBeaconIDLen)
@@ -312,16 +348,12 @@ func ParseBeaconJSON(data []byte) (*Beacon, error) {
 	return &b, nil
 }
 
-// ParseEventJSON decodes one NDJSON line into e (unknown fields rejected).
+// ParseEventJSON decodes one NDJSON line into e: exactly one JSON object,
+// unknown fields rejected. Content is not checked (see Validator).
 func ParseEventJSON(line []byte, e *Event) error {
 	*e = Event{}
-	dec := json.NewDecoder(bytesReader(line))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(e); err != nil {
+	if err := decodeJSONObject(line, e); err != nil {
 		return fmt.Errorf("%w: json: %w", ErrInvalidEvent, err)
-	}
-	if dec.More() {
-		return fmt.Errorf("%w: json: data after the event object", ErrInvalidEvent)
 	}
 	return nil
 }

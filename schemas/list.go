@@ -122,7 +122,7 @@ func MarshalList(l *List) ([]byte, error) { return json.Marshal(l) }
 
 // UnmarshalList decodes and checks a list: a blob that decodes but breaks the
 // list's own invariants (ranks out of order, lower above count, an entry
-// beyond max_overcount) is rejected, so a reader never serves it.
+// beyond max_overcount, an item listed twice: see Check) is rejected, so a reader never serves it.
 func UnmarshalList(data []byte) (*List, error) {
 	var l List
 	if err := json.Unmarshal(data, &l); err != nil {
@@ -134,7 +134,10 @@ func UnmarshalList(data []byte) (*List, error) {
 	return &l, nil
 }
 
-// Check verifies the list's invariants.
+// Check verifies the list's invariants: a valid key, as_of set, 0 <=
+// certified_k <= len(items), and for every entry: rank = position+1, a
+// non-empty item listed once, lower <= count, count-lower <= max_overcount,
+// and count not above the previous entry's.
 func (l *List) Check() error {
 	if err := l.Key().Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrBadList, err)
@@ -145,11 +148,19 @@ func (l *List) Check() error {
 	if l.CertifiedK < 0 || l.CertifiedK > len(l.Items) {
 		return fmt.Errorf("%w: certified_k %d outside [0, %d]", ErrBadList, l.CertifiedK, len(l.Items))
 	}
+	seen := make(map[string]struct{}, len(l.Items))
 	for i := range l.Items {
 		e := &l.Items[i]
 		if e.Rank != i+1 {
 			return fmt.Errorf("%w: entry %d has rank %d", ErrBadList, i, e.Rank)
 		}
+		if e.Item == "" {
+			return fmt.Errorf("%w: entry %d has no item", ErrBadList, i)
+		}
+		if _, dup := seen[e.Item]; dup {
+			return fmt.Errorf("%w: entry %d: item %q is listed twice", ErrBadList, i, e.Item)
+		}
+		seen[e.Item] = struct{}{}
 		if e.Lower > e.Count {
 			return fmt.Errorf("%w: entry %d: lower %d above count %d", ErrBadList, i, e.Lower, e.Count)
 		}
