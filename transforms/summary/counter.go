@@ -1,0 +1,186 @@
+package summary
+
+import (
+	"slices"
+	"unsafe"
+)
+
+// Counter counts exactly: a hash map from item to count for one bundle of
+// one (list, partition, bucket), with a hard cap on distinct items. It is
+// hand-written rather than a Go map so that an event costs one probe with the
+// hash the caller already computed, keys live in one byte arena (no string
+// allocation per new key), and Reset keeps every buffer for the next bundle.
+//
+// Memory is bounded by the cap: when Full reports true the caller turns the
+// counter into a Summary (which keeps N entries) and resets it, so a spam wave
+// of distinct keys costs more flushes, never more memory.
+type Counter struct {
+	slots       []slot
+	arena       []byte
+	n           int
+	maxDistinct int
+	total       uint64
+	scratch     []int32 // reused by Summary
+}
+
+type slot struct {
+	hash  uint64
+	count uint64
+	off   uint32
+	len   uint32 // 0 marks an empty slot; stored as len(item)+1
+}
+
+// DefaultMaxDistinct is the cap NewCounter uses for maxDistinct <= 0.
+const DefaultMaxDistinct = 1 << 16
+
+// NewCounter returns a counter that reports Full at maxDistinct keys.
+func NewCounter(maxDistinct int) *Counter {
+	if maxDistinct <= 0 {
+		maxDistinct = DefaultMaxDistinct
+	}
+	c := &Counter{maxDistinct: maxDistinct}
+	c.slots = make([]slot, 64)
+	return c
+}
+
+// Add counts n occurrences of item, whose Hash is h. The arena copies the
+// item's bytes the first time it is seen, so item may point into a buffer
+// that is reused afterwards.
+//
+// hot path: once per event.
+func (c *Counter) Add(item string, h uint64, n uint64) {
+	mask := uint64(len(c.slots) - 1)
+	for i := h & mask; ; i = (i + 1) & mask {
+		s := &c.slots[i]
+		if s.len == 0 {
+			if len(c.arena)+len(item) > 1<<32-1 {
+				panic("summary: counter arena over 4 GiB") // unreachable with any sane cap
+			}
+			s.hash, s.count = h, n
+			s.off, s.len = uint32(len(c.arena)), uint32(len(item))+1
+			c.arena = append(c.arena, item...)
+			c.n++
+			c.total += n
+			if 2*c.n > len(c.slots) {
+				c.grow()
+			}
+			return
+		}
+		if s.hash == h && int(s.len-1) == len(item) && string(c.arena[s.off:s.off+s.len-1]) == item {
+			s.count += n
+			c.total += n
+			return
+		}
+	}
+}
+
+func (c *Counter) grow() {
+	old := c.slots
+	c.slots = make([]slot, 2*len(old))
+	mask := uint64(len(c.slots) - 1)
+	for _, s := range old {
+		if s.len == 0 {
+			continue
+		}
+		i := s.hash & mask
+		for c.slots[i].len != 0 {
+			i = (i + 1) & mask
+		}
+		c.slots[i] = s
+	}
+}
+
+// Len is the number of distinct items counted.
+func (c *Counter) Len() int { return c.n }
+
+// Total is the sum of all counts.
+func (c *Counter) Total() uint64 { return c.total }
+
+// Full reports whether the counter reached its cap on distinct items.
+func (c *Counter) Full() bool { return c.n >= c.maxDistinct }
+
+// Reset empties the counter, keeping its buffers. A counter that grew far
+// beyond its usual size is shrunk back so one spam bundle does not pin memory.
+func (c *Counter) Reset() {
+	if len(c.slots) > 4*c.maxDistinct {
+		c.slots = make([]slot, 64)
+	} else {
+		clear(c.slots)
+	}
+	c.arena = c.arena[:0]
+	c.n, c.total = 0, 0
+}
+
+// Each calls f for every item and its count, in no particular order. The
+// item string is only valid during the call.
+func (c *Counter) Each(f func(item string, h, count uint64)) {
+	for i := range c.slots {
+		s := &c.slots[i]
+		if s.len != 0 {
+			f(c.key(s), s.hash, s.count)
+		}
+	}
+}
+
+// key returns a slot's item without copying; valid until the arena changes.
+func (c *Counter) key(s *slot) string {
+	if s.len == 1 {
+		return ""
+	}
+	return unsafe.String(&c.arena[s.off], int(s.len-1))
+}
+
+// Summary builds the summary of everything counted: the N largest counts are
+// tracked exactly (lo = hi = count), Theta is the largest count not kept, and
+// the sketch, if cfg has one, gets every count. It does not reset c.
+func (c *Counter) Summary(cfg Config) *Summary {
+	cfg.mustValid()
+	sm := &Summary{N: cfg.N, Total: c.total}
+	if cfg.SketchWidth > 0 {
+		sm.Sketch = NewSketch(cfg.SketchWidth, cfg.SketchDepth)
+	}
+	idx := c.scratch[:0]
+	for i := range c.slots {
+		s := &c.slots[i]
+		if s.len == 0 {
+			continue
+		}
+		idx = append(idx, int32(i))
+		if sm.Sketch != nil {
+			sm.Sketch.Add(s.hash, s.count)
+		}
+	}
+	if len(idx) > cfg.N {
+		// Order by count descending, then by hash for determinism.
+		slices.SortFunc(idx, func(a, b int32) int {
+			sa, sb := &c.slots[a], &c.slots[b]
+			if sa.count != sb.count {
+				if sa.count > sb.count {
+					return -1
+				}
+				return 1
+			}
+			return cmpHash(sa.hash, sb.hash)
+		})
+		sm.Theta = c.slots[idx[cfg.N]].count
+		idx = idx[:cfg.N]
+	}
+	sm.Entries = make([]Entry, len(idx))
+	for j, i := range idx {
+		s := &c.slots[i]
+		sm.Entries[j] = Entry{Item: string(c.arena[s.off : s.off+s.len-1]), Hash: s.hash, Lo: s.count, Hi: s.count}
+	}
+	c.scratch = idx[:0]
+	sm.sortByKey()
+	return sm
+}
+
+func cmpHash(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}

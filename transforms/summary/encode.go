@@ -1,0 +1,191 @@
+package summary
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// MaxItemBytes bounds an item id in a decoded summary.
+const MaxItemBytes = 1024
+
+const (
+	magic0, magic1 = 'T', 'S'
+	formatVersion  = 1
+)
+
+// ErrCorrupt is wrapped by every decoding error.
+var ErrCorrupt = errors.New("corrupt summary")
+
+// MarshalBinary encodes the summary, format version 1 (all integers are
+// encoding/binary uvarints):
+//
+//	'T' 'S' 0x01
+//	N, Total, Theta, number of entries E (E <= N)
+//	E times: len(item), item bytes, Lo, Hi-Lo      (in (hash, item) order)
+//	sketch width W (0: no sketch); if W > 0: depth D, then D*W cells
+//
+// Hashes are not stored: the decoder recomputes them, so a summary can never
+// carry a hash that disagrees with its item.
+func (sm *Summary) MarshalBinary() ([]byte, error) { return sm.AppendBinary(nil) }
+
+// AppendBinary appends the encoding to dst.
+func (sm *Summary) AppendBinary(dst []byte) ([]byte, error) {
+	dst = append(dst, magic0, magic1, formatVersion)
+	dst = binary.AppendUvarint(dst, uint64(sm.N))
+	dst = binary.AppendUvarint(dst, sm.Total)
+	dst = binary.AppendUvarint(dst, sm.Theta)
+	dst = binary.AppendUvarint(dst, uint64(len(sm.Entries)))
+	for i := range sm.Entries {
+		e := &sm.Entries[i]
+		dst = binary.AppendUvarint(dst, uint64(len(e.Item)))
+		dst = append(dst, e.Item...)
+		dst = binary.AppendUvarint(dst, e.Lo)
+		dst = binary.AppendUvarint(dst, e.Hi-e.Lo)
+	}
+	if sm.Sketch == nil {
+		return binary.AppendUvarint(dst, 0), nil
+	}
+	dst = binary.AppendUvarint(dst, uint64(sm.Sketch.Width))
+	dst = binary.AppendUvarint(dst, uint64(sm.Sketch.Depth))
+	for _, c := range sm.Sketch.Cells {
+		dst = binary.AppendUvarint(dst, c)
+	}
+	return dst, nil
+}
+
+// UnmarshalBinary decodes data into sm. Arbitrary bytes give an error, never
+// a panic, and never an allocation larger than the input justifies.
+func (sm *Summary) UnmarshalBinary(data []byte) error {
+	d := decoder{data: data}
+	if len(data) < 3 || data[0] != magic0 || data[1] != magic1 {
+		return fmt.Errorf("%w: missing TS magic", ErrCorrupt)
+	}
+	if data[2] != formatVersion {
+		return fmt.Errorf("%w: unknown version %d", ErrCorrupt, data[2])
+	}
+	d.off = 3
+	n := d.uvarint()
+	total := d.uvarint()
+	theta := d.uvarint()
+	ne := d.uvarint()
+	if d.err != nil {
+		return d.err
+	}
+	if n < 1 || n > MaxN {
+		return fmt.Errorf("%w: N %d outside [1, %d]", ErrCorrupt, n, MaxN)
+	}
+	if ne > n {
+		return fmt.Errorf("%w: %d entries for N %d", ErrCorrupt, ne, n)
+	}
+	// Each entry takes at least 3 bytes: bound the allocation by the input.
+	if ne > uint64(len(data)-d.off)/3 {
+		return fmt.Errorf("%w: %d entries in %d bytes", ErrCorrupt, ne, len(data)-d.off)
+	}
+	out := Summary{N: int(n), Total: total, Theta: theta, Entries: make([]Entry, ne)}
+	for i := range out.Entries {
+		l := d.uvarint()
+		if d.err == nil && l > MaxItemBytes {
+			return fmt.Errorf("%w: item of %d bytes", ErrCorrupt, l)
+		}
+		b := d.bytes(int(l))
+		lo := d.uvarint()
+		over := d.uvarint()
+		if d.err != nil {
+			return d.err
+		}
+		if lo+over < lo {
+			return fmt.Errorf("%w: entry %d bounds overflow", ErrCorrupt, i)
+		}
+		item := string(b)
+		out.Entries[i] = Entry{Item: item, Hash: Hash(item), Lo: lo, Hi: lo + over}
+	}
+	out.sortByKey()
+	for i := 1; i < len(out.Entries); i++ {
+		if cmpKey(out.Entries[i-1], out.Entries[i]) == 0 {
+			return fmt.Errorf("%w: item %q twice", ErrCorrupt, out.Entries[i].Item)
+		}
+	}
+	w := d.uvarint()
+	if d.err != nil {
+		return d.err
+	}
+	if w > 0 {
+		depth := d.uvarint()
+		if d.err != nil {
+			return d.err
+		}
+		if err := checkSketchDims(int(min(w, MaxSketchWidth+1)), int(min(depth, MaxSketchDepth+1))); err != nil {
+			return fmt.Errorf("%w: %w", ErrCorrupt, err)
+		}
+		cells := w * depth
+		if cells > uint64(len(data)-d.off) { // one byte per cell at least
+			return fmt.Errorf("%w: %d sketch cells in %d bytes", ErrCorrupt, cells, len(data)-d.off)
+		}
+		out.Sketch = &Sketch{Width: int(w), Depth: int(depth), Cells: make([]uint64, cells)}
+		for i := range out.Sketch.Cells {
+			out.Sketch.Cells[i] = d.uvarint()
+		}
+		if d.err != nil {
+			return d.err
+		}
+	}
+	if d.off != len(data) {
+		return fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, len(data)-d.off)
+	}
+	*sm = out
+	return nil
+}
+
+// Unmarshal decodes a summary.
+func Unmarshal(data []byte) (*Summary, error) {
+	sm := new(Summary)
+	if err := sm.UnmarshalBinary(data); err != nil {
+		return nil, err
+	}
+	return sm, nil
+}
+
+type decoder struct {
+	data []byte
+	off  int
+	err  error
+}
+
+func (d *decoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.data[d.off:])
+	if n <= 0 {
+		d.err = fmt.Errorf("%w: bad varint at byte %d", ErrCorrupt, d.off)
+		return 0
+	}
+	d.off += n
+	return v
+}
+
+func (d *decoder) bytes(n int) []byte {
+	if d.err != nil {
+		return nil
+	}
+	if n < 0 || n > len(d.data)-d.off {
+		d.err = fmt.Errorf("%w: truncated at byte %d", ErrCorrupt, d.off)
+		return nil
+	}
+	b := d.data[d.off : d.off+n]
+	d.off += n
+	return b
+}
+
+// Equal reports whether two summaries hold the same state.
+func Equal(a, b *Summary) bool {
+	if a.N != b.N || a.Total != b.Total || a.Theta != b.Theta || !slices.Equal(a.Entries, b.Entries) {
+		return false
+	}
+	if (a.Sketch == nil) != (b.Sketch == nil) {
+		return false
+	}
+	return a.Sketch == nil || (a.Sketch.Width == b.Sketch.Width && a.Sketch.Depth == b.Sketch.Depth && slices.Equal(a.Sketch.Cells, b.Sketch.Cells))
+}

@@ -1,0 +1,318 @@
+package summary
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Config fixes a summary's size. Zero values are not defaults: use
+// DefaultConfig and change what you need, then Validate.
+type Config struct {
+	// N is the number of tracked entries, at least 1.
+	N int
+	// SketchWidth (a power of two) and SketchDepth size the optional
+	// count-min sketch; SketchWidth 0 means no sketch.
+	SketchWidth, SketchDepth int
+}
+
+// DefaultConfig tracks 4,096 items per summary with a 4 x 4,096 sketch
+// (128 KiB): with the pipeline's default 16 partitions that is 65,536 items
+// tracked per bucket over all partitions, far above K = 1,000. Measured on a
+// flat Zipf (s = 0.8 over 10M items, 1.2M events in 6 buckets), recall at
+// 1,000 was 0.906 with N = 2,048 and 8 partitions, 0.996 with N = 4,096 and 16,
+// and 0.999 with the sketch added (TestZipfWindows logs the current figures).
+func DefaultConfig() Config { return Config{N: 4096, SketchWidth: 4096, SketchDepth: 4} }
+
+// MaxN bounds N, here and in decoded summaries.
+const MaxN = 1 << 20
+
+// Validate reports a configuration that cannot work.
+func (c Config) Validate() error {
+	if c.N < 1 || c.N > MaxN {
+		return fmt.Errorf("summary N %d outside [1, %d]", c.N, MaxN)
+	}
+	if c.SketchWidth == 0 {
+		if c.SketchDepth != 0 {
+			return fmt.Errorf("sketch depth %d without a width", c.SketchDepth)
+		}
+		return nil
+	}
+	return checkSketchDims(c.SketchWidth, c.SketchDepth)
+}
+
+func (c Config) mustValid() {
+	if err := c.Validate(); err != nil {
+		panic(err) // programmer error: configurations are validated at construction
+	}
+}
+
+// Entry is one tracked item with bounds Lo <= true count <= Hi.
+type Entry struct {
+	Item   string
+	Hash   uint64
+	Lo, Hi uint64
+}
+
+// Summary is a bounded summary of item counts (see the package doc). Entries
+// are kept in (Hash, Item) order, which makes merges linear joins.
+type Summary struct {
+	N       int
+	Total   uint64 // sum of all counts summarized
+	Theta   uint64 // bound on every untracked item's count
+	Entries []Entry
+	Sketch  *Sketch // nil: no sketch
+}
+
+// New returns an empty summary: the identity of both merges.
+func New(cfg Config) *Summary {
+	cfg.mustValid()
+	sm := &Summary{N: cfg.N}
+	if cfg.SketchWidth > 0 {
+		sm.Sketch = NewSketch(cfg.SketchWidth, cfg.SketchDepth)
+	}
+	return sm
+}
+
+// Config returns the summary's configuration.
+func (sm *Summary) Config() Config {
+	c := Config{N: sm.N}
+	if sm.Sketch != nil {
+		c.SketchWidth, c.SketchDepth = sm.Sketch.Width, sm.Sketch.Depth
+	}
+	return c
+}
+
+// Bound is the upper bound of an untracked item's count: min(Theta, cms(x)).
+func (sm *Summary) Bound(h uint64) uint64 {
+	if sm.Sketch == nil {
+		return sm.Theta
+	}
+	return min(sm.Theta, sm.Sketch.Estimate(h))
+}
+
+// Find returns the tracked entry for item, or nil.
+func (sm *Summary) Find(item string) *Entry {
+	h := Hash(item)
+	i, ok := slices.BinarySearchFunc(sm.Entries, Entry{Item: item, Hash: h}, cmpKey)
+	if !ok {
+		return nil
+	}
+	return &sm.Entries[i]
+}
+
+// Upper is an upper bound of item's count: its hi if tracked, else Bound.
+func (sm *Summary) Upper(item string) uint64 {
+	if e := sm.Find(item); e != nil {
+		return e.Hi
+	}
+	return sm.Bound(Hash(item))
+}
+
+// SizeBytes is the memory the summary holds: entry headers, item bytes and
+// sketch cells. It is bounded by N*(entrySize+max item length) + sketch.
+func (sm *Summary) SizeBytes() int {
+	n := cap(sm.Entries) * 40
+	for i := range sm.Entries {
+		n += len(sm.Entries[i].Item)
+	}
+	if sm.Sketch != nil {
+		n += 8 * len(sm.Sketch.Cells)
+	}
+	return n + 64
+}
+
+func cmpKey(a, b Entry) int {
+	if c := cmpHash(a.Hash, b.Hash); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Item, b.Item)
+}
+
+func (sm *Summary) sortByKey() { slices.SortFunc(sm.Entries, cmpKey) }
+
+// cmpRank orders by Hi descending, then Lo descending, then item: the
+// answer's rank order, deterministic for equal counts.
+func cmpRank(a, b Entry) int {
+	if a.Hi != b.Hi {
+		if a.Hi > b.Hi {
+			return -1
+		}
+		return 1
+	}
+	if a.Lo != b.Lo {
+		if a.Lo > b.Lo {
+			return -1
+		}
+		return 1
+	}
+	return strings.Compare(a.Item, b.Item)
+}
+
+// ErrMismatch is returned when merging summaries of different shapes.
+var ErrMismatch = errors.New("summary shapes differ")
+
+// MergeEvents returns the summary of the union of two disjoint event sets
+// (two bundles, two time buckets of one partition). Neither input changes.
+// The result has a's N; sketches must have the same shape. If only one side
+// has a sketch, the result has none (unless the other side is empty).
+func MergeEvents(a, b *Summary) (*Summary, error) {
+	if a.Total == 0 && len(a.Entries) == 0 && a.Theta == 0 {
+		return b.withN(a.N), nil
+	}
+	if b.Total == 0 && len(b.Entries) == 0 && b.Theta == 0 {
+		return a.withN(a.N), nil
+	}
+	out := &Summary{N: a.N, Total: a.Total + b.Total, Theta: a.Theta + b.Theta}
+	switch {
+	case a.Sketch != nil && b.Sketch != nil:
+		out.Sketch = a.Sketch.Clone()
+		if err := out.Sketch.Merge(b.Sketch); err != nil {
+			return nil, fmt.Errorf("merge events: %w", err)
+		}
+	}
+	merged := make([]Entry, 0, len(a.Entries)+len(b.Entries))
+	i, j := 0, 0
+	for i < len(a.Entries) || j < len(b.Entries) {
+		var c int
+		switch {
+		case i == len(a.Entries):
+			c = 1
+		case j == len(b.Entries):
+			c = -1
+		default:
+			c = cmpKey(a.Entries[i], b.Entries[j])
+		}
+		switch {
+		case c < 0:
+			e := a.Entries[i]
+			e.Hi += b.Bound(e.Hash)
+			merged = append(merged, e)
+			i++
+		case c > 0:
+			e := b.Entries[j]
+			e.Hi += a.Bound(e.Hash)
+			merged = append(merged, e)
+			j++
+		default:
+			e := a.Entries[i]
+			e.Lo += b.Entries[j].Lo
+			e.Hi += b.Entries[j].Hi
+			merged = append(merged, e)
+			i++
+			j++
+		}
+	}
+	out.Entries = merged
+	out.tighten()
+	out.truncate(out.N)
+	return out, nil
+}
+
+// tighten lowers every entry's hi to the sketch's estimate where that is
+// smaller: the merged sketch counts every event of both sides, so its
+// estimate is an upper bound too, and often a far better one than the sum of
+// per-side floors for an item one side did not track.
+func (sm *Summary) tighten() {
+	if sm.Sketch == nil {
+		return
+	}
+	for i := range sm.Entries {
+		e := &sm.Entries[i]
+		if e.Hi > e.Lo {
+			e.Hi = max(e.Lo, min(e.Hi, sm.Sketch.Estimate(e.Hash)))
+		}
+	}
+}
+
+// MergeKeys returns the summary of two summaries of disjoint key sets over
+// the same events' time range (two partitions of a list): the union of the
+// entries, Theta the larger of the two, sketches added. The result keeps the
+// limit largest entries by hi (limit <= 0: all), raising Theta to the largest
+// hi dropped.
+func MergeKeys(a, b *Summary, limit int) (*Summary, error) {
+	out := &Summary{N: a.N + b.N, Total: a.Total + b.Total, Theta: max(a.Theta, b.Theta)}
+	if limit > 0 {
+		out.N = limit
+	}
+	switch {
+	case a.Sketch != nil && b.Sketch != nil:
+		out.Sketch = a.Sketch.Clone()
+		if err := out.Sketch.Merge(b.Sketch); err != nil {
+			return nil, fmt.Errorf("merge keys: %w", err)
+		}
+	case a.Sketch != nil && b.Total == 0:
+		out.Sketch = a.Sketch.Clone()
+	case b.Sketch != nil && a.Total == 0:
+		out.Sketch = b.Sketch.Clone()
+	}
+	out.Entries = make([]Entry, 0, len(a.Entries)+len(b.Entries))
+	out.Entries = append(out.Entries, a.Entries...)
+	out.Entries = append(out.Entries, b.Entries...)
+	out.sortByKey()
+	// Disjoint key sets share no item; if a caller breaks that, keep the
+	// larger bounds rather than two entries for one item.
+	out.Entries = slices.CompactFunc(out.Entries, func(x, y Entry) bool { return cmpKey(x, y) == 0 })
+	out.truncate(out.N)
+	return out, nil
+}
+
+// withN returns a copy of sm with capacity n (truncating if needed).
+func (sm *Summary) withN(n int) *Summary {
+	out := &Summary{N: n, Total: sm.Total, Theta: sm.Theta, Entries: slices.Clone(sm.Entries)}
+	if sm.Sketch != nil {
+		out.Sketch = sm.Sketch.Clone()
+	}
+	out.truncate(n)
+	return out
+}
+
+// truncate keeps the n largest entries by hi; Theta becomes at least the
+// largest hi dropped. Entries stay in key order.
+func (sm *Summary) truncate(n int) {
+	if len(sm.Entries) <= n {
+		return
+	}
+	slices.SortFunc(sm.Entries, cmpRank)
+	sm.Theta = max(sm.Theta, sm.Entries[n].Hi)
+	sm.Entries = sm.Entries[:n:n]
+	sm.sortByKey()
+}
+
+// Answer is a ranked read of a summary.
+type Answer struct {
+	// Entries in rank order (Hi descending), at most the n asked for.
+	Entries []Entry
+	// MaxOvercount is the largest Hi-Lo among Entries.
+	MaxOvercount uint64
+	// CertifiedK is the largest k such that the first k entries are proven to
+	// be the true top k: their smallest Lo is >= every bound outside them
+	// (the Hi of every tracked item ranked below k, and Theta).
+	CertifiedK int
+}
+
+// Answer ranks the tracked entries and returns the first n with their proof
+// depth. It does not change sm.
+func (sm *Summary) Answer(n int) Answer {
+	ranked := slices.Clone(sm.Entries)
+	slices.SortFunc(ranked, cmpRank)
+	if n > len(ranked) {
+		n = len(ranked)
+	}
+	ans := Answer{Entries: ranked[:n:n]}
+	minLo := ^uint64(0)
+	for k := 1; k <= n; k++ {
+		e := &ranked[k-1]
+		ans.MaxOvercount = max(ans.MaxOvercount, e.Hi-e.Lo)
+		minLo = min(minLo, e.Lo)
+		outside := sm.Theta
+		if k < len(ranked) {
+			outside = max(outside, ranked[k].Hi)
+		}
+		if minLo >= outside {
+			ans.CertifiedK = k
+		}
+	}
+	return ans
+}

@@ -1,0 +1,236 @@
+package summary
+
+import (
+	"bytes"
+	"strconv"
+	"testing"
+)
+
+func counted(cfg Config, counts map[string]uint64) *Summary {
+	c := NewCounter(0)
+	for it, n := range counts {
+		c.Add(it, Hash(it), n)
+	}
+	return c.Summary(cfg)
+}
+
+// A hand-checked merge: bounds follow the rules of the package doc.
+func TestMergeEventsByHand(t *testing.T) {
+	cfg := Config{N: 2}
+	a := counted(cfg, map[string]uint64{"x": 10, "y": 7, "z": 3}) // tracks x, y; theta 3
+	b := counted(cfg, map[string]uint64{"x": 4, "z": 6, "w": 1})  // tracks z, x; theta 1
+	if a.Theta != 3 || b.Theta != 1 {
+		t.Fatalf("theta a=%d b=%d, want 3 and 1", a.Theta, b.Theta)
+	}
+	m, err := MergeEvents(a, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// x: tracked both: [14,14]. y: a only: [7, 7+1]. z: b only: [6, 6+3].
+	// Keep 2 by hi: x(14), z(9); y (hi 8) dropped: theta = max(3+1, 8) = 8.
+	want := map[string][2]uint64{"x": {14, 14}, "z": {6, 9}}
+	if len(m.Entries) != 2 || m.Theta != 8 || m.Total != 31 {
+		t.Fatalf("got %+v theta %d total %d", m.Entries, m.Theta, m.Total)
+	}
+	for _, e := range m.Entries {
+		if w := want[e.Item]; e.Lo != w[0] || e.Hi != w[1] {
+			t.Errorf("%s: [%d,%d], want %v", e.Item, e.Lo, e.Hi, w)
+		}
+	}
+	ans := m.Answer(2)
+	// x's lo 14 >= max(z's hi 9, theta 8): certified at 1; z's lo 6 < theta 8.
+	if ans.CertifiedK != 1 || ans.MaxOvercount != 3 || ans.Entries[0].Item != "x" {
+		t.Errorf("answer %+v, want x first, certified_k 1, max_overcount 3", ans)
+	}
+}
+
+func TestMergeKeysUnion(t *testing.T) {
+	cfg := Config{N: 2}
+	a := counted(cfg, map[string]uint64{"a1": 9, "a2": 5, "a3": 2})
+	b := counted(cfg, map[string]uint64{"b1": 7, "b2": 6, "b3": 4})
+	m, err := MergeKeys(a, b, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ans := m.Answer(3)
+	got := []string{ans.Entries[0].Item, ans.Entries[1].Item, ans.Entries[2].Item}
+	if got[0] != "a1" || got[1] != "b1" || got[2] != "b2" {
+		t.Fatalf("got %v, want a1 b1 b2", got)
+	}
+	// theta = max(2, 4, dropped a2's 5) = 5; b2's 6 >= 5: all 3 certified.
+	if m.Theta != 5 || ans.CertifiedK != 3 {
+		t.Errorf("theta %d certified %d, want 5 and 3", m.Theta, ans.CertifiedK)
+	}
+}
+
+// Merging with the empty summary changes nothing.
+func TestIdentity(t *testing.T) {
+	cfg := DefaultConfig()
+	a := counted(cfg, map[string]uint64{"p": 3, "q": 1})
+	for _, m := range []func() (*Summary, error){
+		func() (*Summary, error) { return MergeEvents(New(cfg), a) },
+		func() (*Summary, error) { return MergeEvents(a, New(cfg)) },
+		func() (*Summary, error) { return MergeKeys(New(cfg), a, cfg.N) },
+	} {
+		got, err := m()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !Equal(got, a) {
+			t.Errorf("merge with identity changed the summary: %+v vs %+v", got.Entries, a.Entries)
+		}
+	}
+}
+
+func sampleSummaries(t testing.TB) []*Summary {
+	st := zipfStream(3, 1.1, 50_000, 60_000, 3)
+	sc := simConfig{cfg: Config{N: 64, SketchWidth: 64, SketchDepth: 3}, partitions: 2, bundle: 7000, maxDistinct: 500}
+	var out []*Summary
+	for _, b := range sc.bucketSummaries(t, st) {
+		out = append(out, b...)
+	}
+	return out
+}
+
+// Round trip is lossless, and merging decoded summaries equals merging the
+// originals in memory.
+func TestEncodeRoundTripAndMerge(t *testing.T) {
+	sms := sampleSummaries(t)
+	dec := make([]*Summary, len(sms))
+	for i, sm := range sms {
+		b, err := sm.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if dec[i], err = Unmarshal(b); err != nil {
+			t.Fatalf("summary %d: %v", i, err)
+		}
+		if !Equal(dec[i], sm) {
+			t.Fatalf("summary %d changed in a round trip", i)
+		}
+	}
+	for i := 1; i < len(sms); i++ {
+		m1, err1 := MergeEvents(sms[i-1], sms[i])
+		m2, err2 := MergeEvents(dec[i-1], dec[i])
+		if err1 != nil || err2 != nil {
+			t.Fatal(err1, err2)
+		}
+		if !Equal(m1, m2) {
+			t.Fatalf("merge of decoded %d differs from merge in memory", i)
+		}
+	}
+}
+
+func TestUnmarshalRejects(t *testing.T) {
+	good, _ := sampleSummaries(t)[0].MarshalBinary()
+	for name, b := range map[string][]byte{
+		"empty":       nil,
+		"magic":       []byte("XX\x01"),
+		"version":     []byte("TS\x09"),
+		"truncated":   good[:len(good)/2],
+		"trailing":    append(append([]byte{}, good...), 0),
+		"N zero":      []byte("TS\x01\x00\x00\x00\x00\x00"),
+		"E over N":    []byte("TS\x01\x01\x00\x00\x02\x00"),
+		"huge sketch": []byte("TS\x01\x01\x00\x00\x00\x80\x80\x80\x02\x04"),
+		"dup item":    []byte("TS\x01\x04\x02\x00\x02\x01a\x01\x00\x01a\x01\x00\x00"),
+	} {
+		if _, err := Unmarshal(b); err == nil {
+			t.Errorf("%s: decoded without error", name)
+		}
+	}
+}
+
+func FuzzUnmarshal(f *testing.F) {
+	for _, sm := range sampleSummaries(f)[:3] {
+		b, _ := sm.MarshalBinary()
+		f.Add(b)
+	}
+	f.Add([]byte("TS\x01\x01\x00\x00\x00\x00"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		sm, err := Unmarshal(data)
+		if err != nil {
+			return
+		}
+		b, err := sm.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		sm2, err := Unmarshal(b)
+		if err != nil || !Equal(sm, sm2) {
+			t.Fatalf("re-encoding is not lossless: %v", err)
+		}
+		if b2, _ := sm2.MarshalBinary(); !bytes.Equal(b, b2) {
+			t.Fatal("encoding is not canonical")
+		}
+		// Merging a decoded summary with itself never panics and keeps lo <= hi.
+		if m, err := MergeEvents(sm, sm2); err == nil {
+			for _, e := range m.Entries {
+				if e.Lo > e.Hi {
+					t.Fatalf("merge produced lo %d > hi %d", e.Lo, e.Hi)
+				}
+			}
+		}
+	})
+}
+
+// Counting an item already in the counter allocates nothing.
+func TestCounterAddNoAlloc(t *testing.T) {
+	c := NewCounter(0)
+	items := make([]string, 1000)
+	hashes := make([]uint64, len(items))
+	for i := range items {
+		items[i] = "item_" + strconv.Itoa(i)
+		hashes[i] = Hash(items[i])
+		c.Add(items[i], hashes[i], 1)
+	}
+	allocs := testing.AllocsPerRun(100, func() {
+		for i := range items {
+			c.Add(items[i], hashes[i], 1)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per 1,000 adds", allocs)
+	}
+	if c.Total() != 1000*102 { // 1,000 warm-up adds plus AllocsPerRun's 101 runs
+		t.Fatalf("total %d", c.Total())
+	}
+}
+
+func TestCounterCounts(t *testing.T) {
+	c := NewCounter(10)
+	want := map[string]uint64{}
+	for i := range 5000 {
+		it := "k" + strconv.Itoa(i%9)
+		c.Add(it, Hash(it), uint64(i%3))
+		want[it] += uint64(i % 3)
+	}
+	if c.Full() || c.Len() != 9 {
+		t.Fatalf("len %d full %v", c.Len(), c.Full())
+	}
+	c.Each(func(item string, h, n uint64) {
+		if want[item] != n || Hash(item) != h {
+			t.Errorf("%s: %d, want %d", item, n, want[item])
+		}
+	})
+	c.Add("k9", Hash("k9"), 1)
+	if !c.Full() {
+		t.Error("not full at the cap")
+	}
+	c.Reset()
+	if c.Len() != 0 || c.Total() != 0 {
+		t.Error("reset left counts")
+	}
+}
+
+func TestPartitionSpread(t *testing.T) {
+	const p = 16
+	var n [p]int
+	for i := range 160_000 {
+		n[Partition(Hash("v_"+strconv.Itoa(i)), p)]++
+	}
+	for i, c := range n {
+		if c < 9000 || c > 11000 {
+			t.Errorf("partition %d has %d of 160000 keys", i, c)
+		}
+	}
+}
