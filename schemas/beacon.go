@@ -24,6 +24,9 @@ const (
 	beaconMagic       = "TKB"
 	beaconVersion     = 1
 	beaconHeaderBytes = len(beaconMagic) + 1
+	// minEventBytes is the smallest encoded event: three empty strings,
+	// three refs and a ts, one byte each.
+	minEventBytes = 7
 )
 
 // ErrBadBeacon is wrapped by every beacon decoding error.
@@ -139,7 +142,9 @@ func UnmarshalBeacon(data []byte, b *Beacon) error {
 		return err
 	}
 	b.BeaconID = string([]byte(r.BeaconID()))
-	b.Events = make([]Event, 0, r.Len())
+	// Size the slice by what the bytes can hold, not by the header alone: a
+	// 7-byte message announcing MaxBeaconEvents must not allocate for them.
+	b.Events = make([]Event, 0, min(r.Len(), (len(data)-r.off)/minEventBytes))
 	var e Event
 	for r.Next(&e) {
 		e.EventID = clone(e.EventID)

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -471,5 +472,24 @@ func TestParseBeaconJSON(t *testing.T) {
 		if !errors.Is(err, ErrBadBeacon) || !strings.Contains(err.Error(), tc.why) {
 			t.Errorf("%s: err %v, want ErrBadBeacon mentioning %q", tc.name, err, tc.why)
 		}
+	}
+}
+
+// TestUnmarshalBeaconSmallInputSmallAlloc checks that a few bytes announcing
+// MaxBeaconEvents events do not make UnmarshalBeacon allocate room for them
+// (about 1.4 MB): memory follows the input's size, not its claims.
+func TestUnmarshalBeaconSmallInputSmallAlloc(t *testing.T) {
+	data := header("", MaxBeaconEvents)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range 10 {
+		var b Beacon
+		if err := UnmarshalBeacon(data, &b); !errors.Is(err, ErrBadBeacon) {
+			t.Fatalf("err %v", err)
+		}
+	}
+	runtime.ReadMemStats(&after)
+	if per := (after.TotalAlloc - before.TotalAlloc) / 10; per > 64<<10 {
+		t.Errorf("%d bytes allocated per 6-byte beacon, want < 64 KiB", per)
 	}
 }
