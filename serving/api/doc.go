@@ -1,0 +1,60 @@
+// Package api is topk's serving binary as a library: the read API over the
+// published lists, the ingest API, takedowns, operations endpoints and the
+// trending page. It imports schemas, go-redis and the Pub/Sub client, never
+// Beam (check: go list -deps ./serving | grep beam prints nothing).
+//
+// # Embedding (runners/local)
+//
+//	srv, err := api.New(api.Config{Addr: ":8080", Redis: conn.Client, PubSubAddr: fake.Addr})
+//	if err != nil { ... }
+//	defer srv.Close()
+//	err = srv.Run(ctx) // serves until ctx is done, then shuts down gracefully
+//
+// New connects (Redis: Config.Redis, else Config.RedisAddr, else REDIS_ADDR,
+// else an embedded miniredis; Pub/Sub: Config.PubSub, else Config.PubSubAddr,
+// else PUBSUB_EMULATOR_HOST, else an embedded pstest fake when Config.Local,
+// else Google Cloud), loads every list once, subscribes to pointer moves and
+// starts polling; Handler returns the http.Handler for tests; Serve takes a
+// listener; Close stops the background work and closes what New opened
+// (never a client passed in Config). Run(ctx, cfg) does all of it.
+//
+// # Endpoints
+//
+//	GET  /v1/top?type=video&scope=global&window=1h&k=100
+//	     The first k (1..1000, default 100) entries of the current version
+//	     of the list, minus removed items, as the list JSON of DESIGN.md
+//	     section 6. scope defaults to "global". Ranks are renumbered after
+//	     removals; certified_k is min(k, the certified entries left after
+//	     removals); complete is the list's complete flag and every returned
+//	     entry certified; stale is set when the list says so or when this
+//	     server has not seen it move for Config.StaleAfter (Redis down, or the
+//	     pipeline stopped). 400 names the bad parameter and its allowed values
+//	     (type: the types of published lists and Config.Types; scope: global
+//	     and the published scopes); 404 when the list has no version yet.
+//	     Cache-Control max-age 10 s (1m, 5m, 1h) or 30 s (24h, all) with
+//	     stale-while-revalidate; strong ETag per (version, body); 304 on
+//	     If-None-Match; gzip on Accept-Encoding. Each response is rendered
+//	     once per (list version, k, removals, stale) and served from bytes.
+//	GET  /v1/lists    every list held: key, version, as_of, stale.
+//	POST /v1/events   a JSON beacon {"beacon_id":..,"events":[..]}
+//	     (Content-Type application/json). Events are validated with
+//	     schemas.DefaultValidator; the accepted ones are published to the
+//	     topic as one binary beacon (schemas.MarshalBeacon) with attributes
+//	     "ts" (earliest event time, Unix ms) and "beacon_id". 202 only once
+//	     Pub/Sub acknowledged it; the reply lists rejected events with
+//	     reasons. A beacon_id seen within Config.DedupeTTL is acknowledged
+//	     without publishing again (Redis SET NX; while the first attempt is
+//	     in flight a retry gets 409 with Retry-After). If Redis is down the
+//	     beacon is published without deduplication (at least once). 413 over
+//	     Config.MaxBodyBytes or Config.MaxEvents; 400 when no event is valid.
+//	GET|POST|DELETE /v1/admin/removals   the deny set, with
+//	     "Authorization: Bearer <Config.AdminToken>" (401 without, 403 with a
+//	     wrong token or when no token is configured). POST {"type","item",
+//	     "reason"} removes an item from every list of its type at once; DELETE
+//	     (?type=&item= or the same JSON body) restores it.
+//	GET  /healthz (alive), /readyz (lists loaded, not shutting down),
+//	     /metrics (Prometheus), / (the trending page).
+//
+// Requests with 5xx answers are logged at Error, 4xx at Debug; successful
+// reads are not logged (they are counted in /metrics).
+package api

@@ -1,0 +1,369 @@
+package api
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"hash/fnv"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/topk-dev/topk/schemas"
+	"github.com/topk-dev/topk/transforms/publish/liststore"
+)
+
+// catalog is the immutable set of lists held, swapped whole when a list
+// appears (rare); reads load it with one atomic pointer.
+type catalog struct {
+	lists      map[schemas.ListKey]*listSlot
+	keys       []schemas.ListKey // sorted
+	types      map[string]bool   // published types and Config.Types
+	scopes     map[string]bool   // "global" and published scopes
+	typeNames  []string          // sorted, for error messages
+	scopeNames []string
+}
+
+// listSlot holds the current version of one list.
+type listSlot struct {
+	key schemas.ListKey
+	cur atomic.Pointer[listVersion]
+}
+
+// listVersion is one version of a list as held in memory, with its rendered
+// responses.
+type listVersion struct {
+	list   *schemas.List
+	seenAt time.Time // when this server first saw this version
+	// renders caches the response per [stale][k]; an entry is valid for the
+	// removals generation it was rendered for.
+	renders [2][MaxK + 1]atomic.Pointer[rendered]
+	cached  atomic.Int64 // bytes held in renders
+}
+
+// rendered is one response body, ready to write.
+type rendered struct {
+	gen  uint64 // removals generation
+	body []byte
+	etag string
+	// Header values, built once so that a read allocates none.
+	etagHdr, gzEtagHdr, lenHdr []string
+
+	gzOnce   sync.Once
+	gz       []byte
+	gzLenHdr []string
+}
+
+// removalSet is the immutable deny set; gen changes whenever it does.
+type removalSet struct {
+	gen    uint64
+	byType map[string]map[string]bool
+	all    []liststore.Removal
+}
+
+func newCatalog(slots map[schemas.ListKey]*listSlot, declared []string) *catalog {
+	c := &catalog{lists: slots, types: map[string]bool{}, scopes: map[string]bool{schemas.ScopeGlobal: true}}
+	for _, t := range declared {
+		c.types[t] = true
+	}
+	for k := range slots {
+		c.keys = append(c.keys, k)
+		c.types[k.Type] = true
+		c.scopes[k.Scope] = true
+	}
+	sort.Slice(c.keys, func(i, j int) bool { return c.keys[i].String() < c.keys[j].String() })
+	for t := range c.types {
+		c.typeNames = append(c.typeNames, t)
+	}
+	for s := range c.scopes {
+		c.scopeNames = append(c.scopeNames, s)
+	}
+	sort.Strings(c.typeNames)
+	sort.Strings(c.scopeNames)
+	return c
+}
+
+func newRemovalSet(gen uint64, all []liststore.Removal) *removalSet {
+	rs := &removalSet{gen: gen, byType: map[string]map[string]bool{}, all: all}
+	for _, r := range all {
+		m := rs.byType[r.Type]
+		if m == nil {
+			m = map[string]bool{}
+			rs.byType[r.Type] = m
+		}
+		m[r.Item] = true
+	}
+	return rs
+}
+
+func sameRemovals(a, b []liststore.Removal) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Type != b[i].Type || a[i].Item != b[i].Item {
+			return false
+		}
+	}
+	return true
+}
+
+// response returns the rendered response of the first k entries, rendering
+// and caching it on first use. Safe for concurrent use; two concurrent first
+// uses may both render (the result is identical).
+func (v *listVersion) response(k int, stale bool, rs *removalSet, budget int64, m *metrics) *rendered {
+	si := 0
+	if stale {
+		si = 1
+	}
+	p := &v.renders[si][k]
+	if r := p.Load(); r != nil && r.gen == rs.gen {
+		return r
+	}
+	r := renderList(v.list, k, stale, rs)
+	if v.cached.Add(int64(len(r.body))) <= budget {
+		p.Store(r)
+		m.renders.WithLabelValues("cached").Inc()
+	} else {
+		v.cached.Add(-int64(len(r.body)))
+		m.renders.WithLabelValues("uncached").Inc()
+	}
+	return r
+}
+
+// renderList builds the response for the first k entries of l that are not
+// removed (see the package doc for certified_k, complete and stale).
+func renderList(l *schemas.List, k int, stale bool, rs *removalSet) *rendered {
+	deny := rs.byType[l.Type]
+	items := make([]schemas.Entry, 0, min(k, len(l.Items)))
+	certKept := 0 // kept entries among the list's first CertifiedK
+	for i := range l.Items {
+		if len(items) == k {
+			break
+		}
+		e := l.Items[i]
+		if deny[e.Item] {
+			continue
+		}
+		if i < l.CertifiedK {
+			certKept++
+		}
+		e.Rank = len(items) + 1
+		items = append(items, e)
+	}
+	out := *l
+	out.Items = items
+	out.CertifiedK = min(k, certKept)
+	out.Complete = l.Complete && out.CertifiedK == len(items)
+	out.Stale = l.Stale || stale
+	body, err := json.Marshal(&out)
+	if err != nil {
+		// A List always marshals; reaching here is a programmer error.
+		panic("api: marshal list: " + err.Error())
+	}
+	h := fnv.New64a()
+	h.Write(body)
+	sum := hex.EncodeToString(h.Sum(nil))
+	v := itoa(l.Version)
+	etag := `"` + v + "-" + sum + `"`
+	return &rendered{
+		gen:       rs.gen,
+		body:      body,
+		etag:      etag,
+		etagHdr:   []string{etag},
+		gzEtagHdr: []string{`"` + v + "-" + sum + `-gz"`},
+		lenHdr:    []string{strconv.Itoa(len(body))},
+	}
+}
+
+// gzipped returns the gzip form of the body and its Content-Length header,
+// compressed once.
+func (r *rendered) gzipped() ([]byte, []string) {
+	r.gzOnce.Do(func() {
+		r.gz = gzipBytes(r.body)
+		r.gzLenHdr = []string{strconv.Itoa(len(r.gz))}
+	})
+	return r.gz, r.gzLenHdr
+}
+
+// state is what the read path loads: the catalog and the deny set.
+type state struct {
+	cat atomic.Pointer[catalog]
+	rem atomic.Pointer[removalSet]
+
+	mu      sync.Mutex // serializes writers
+	remGen  uint64
+	redisOK bool
+}
+
+// refresher keeps the state in step with Redis: pub/sub first, polling as a
+// fallback.
+func (s *Server) refresher(ctx context.Context, moves <-chan schemas.ListKey, rems <-chan liststore.RemovalEvent) {
+	poll := time.NewTicker(s.cfg.PollInterval)
+	defer poll.Stop()
+	lastScan := s.cfg.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case k, ok := <-moves:
+			if !ok {
+				moves = nil
+				continue
+			}
+			s.refreshList(ctx, k)
+		case _, ok := <-rems:
+			if !ok {
+				rems = nil
+				continue
+			}
+			s.reloadRemovals(ctx)
+		case <-poll.C:
+			scan := s.cfg.Now().Sub(lastScan) >= s.cfg.ScanInterval
+			if scan {
+				lastScan = s.cfg.Now()
+			}
+			s.poll(ctx, scan)
+		}
+	}
+}
+
+// load reads every list and the deny set (startup and rescans).
+func (s *Server) load(ctx context.Context) error {
+	keys, err := s.store.Keys(ctx)
+	if err != nil {
+		s.redisFailed("keys", err)
+		return err
+	}
+	s.redisWorked()
+	for _, k := range keys {
+		if _, err := s.refreshList(ctx, k); err != nil {
+			return err
+		}
+	}
+	return s.reloadRemovals(ctx)
+}
+
+// poll compares every held pointer with Redis in one round trip and
+// refreshes the lists that moved; with scan, it also looks for new lists.
+func (s *Server) poll(ctx context.Context, scan bool) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.PollInterval+2*time.Second)
+	defer cancel()
+	if scan {
+		if err := s.load(ctx); err != nil {
+			return
+		}
+	} else {
+		cat := s.state.cat.Load()
+		ptrs, err := s.store.Pointers(ctx, cat.keys)
+		if err != nil {
+			s.redisFailed("poll", err)
+			return
+		}
+		s.redisWorked()
+		for i, k := range cat.keys {
+			if v := cat.lists[k].cur.Load(); v == nil || ptrs[i] > v.list.Version {
+				s.refreshList(ctx, k)
+			}
+		}
+		s.reloadRemovals(ctx)
+	}
+}
+
+// refreshList installs the current version of k if it is newer than the one
+// held. It reports whether the version changed.
+func (s *Server) refreshList(ctx context.Context, k schemas.ListKey) (bool, error) {
+	raw, version, err := s.store.Current(ctx, k)
+	if errors.Is(err, liststore.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		s.redisFailed("current", err)
+		return false, err
+	}
+	s.redisWorked()
+	cat := s.state.cat.Load()
+	slot := cat.lists[k]
+	if slot != nil {
+		if v := slot.cur.Load(); v != nil && v.list.Version >= version {
+			return false, nil
+		}
+	}
+	l, err := schemas.UnmarshalList(raw)
+	if err == nil && (l.Key() != k || l.Version != version) {
+		err = errors.New("blob names " + l.Key().String() + " v" + itoa(l.Version))
+	}
+	if err != nil {
+		s.metrics.badBlobs.Inc()
+		s.log.Error("bad list blob, keeping the last good version", "list", k.String(), "version", version, "err", err)
+		return false, nil
+	}
+	nv := &listVersion{list: l, seenAt: s.cfg.Now()}
+	s.state.mu.Lock()
+	defer s.state.mu.Unlock()
+	cat = s.state.cat.Load()
+	slot = cat.lists[k]
+	if slot == nil {
+		slots := make(map[schemas.ListKey]*listSlot, len(cat.lists)+1)
+		for kk, ss := range cat.lists {
+			slots[kk] = ss
+		}
+		slot = &listSlot{key: k}
+		slots[k] = slot
+		slot.cur.Store(nv)
+		s.state.cat.Store(newCatalog(slots, s.cfg.Types))
+		s.log.Info("list appeared", "list", k.String(), "version", version)
+		return true, nil
+	}
+	if v := slot.cur.Load(); v != nil && v.list.Version >= version {
+		return false, nil
+	}
+	slot.cur.Store(nv)
+	return true, nil
+}
+
+// reloadRemovals replaces the deny set with Redis' when it differs.
+func (s *Server) reloadRemovals(ctx context.Context) error {
+	all, err := s.store.Removals(ctx)
+	if err != nil {
+		s.redisFailed("removals", err)
+		return err
+	}
+	s.setRemovals(all)
+	return nil
+}
+
+func (s *Server) setRemovals(all []liststore.Removal) {
+	s.state.mu.Lock()
+	defer s.state.mu.Unlock()
+	if cur := s.state.rem.Load(); cur != nil && sameRemovals(cur.all, all) {
+		return
+	}
+	s.state.remGen++
+	s.state.rem.Store(newRemovalSet(s.state.remGen, all))
+	s.metrics.removals.Set(float64(len(all)))
+}
+
+func (s *Server) redisFailed(op string, err error) {
+	s.metrics.redisErrors.WithLabelValues(op).Inc()
+	s.state.mu.Lock()
+	was := s.state.redisOK
+	s.state.redisOK = false
+	s.state.mu.Unlock()
+	if was {
+		s.log.Warn("redis unreachable, serving lists from memory", "op", op, "err", err)
+	}
+}
+
+func (s *Server) redisWorked() {
+	s.state.mu.Lock()
+	was := s.state.redisOK
+	s.state.redisOK = true
+	s.state.mu.Unlock()
+	if !was {
+		s.log.Info("redis reachable")
+	}
+}
