@@ -55,8 +55,9 @@ func (sm *Summary) AppendBinary(dst []byte) ([]byte, error) {
 	return dst, nil
 }
 
-// UnmarshalBinary decodes data into sm. Arbitrary bytes give an error, never
-// a panic, and never an allocation larger than the input justifies.
+// UnmarshalBinary decodes data into sm, reusing sm's buffers. Arbitrary
+// bytes give an error, never a panic, and never an allocation larger than the
+// input justifies; after an error sm's sketch cells are unspecified.
 func (sm *Summary) UnmarshalBinary(data []byte) error {
 	d := decoder{data: data}
 	if len(data) < 3 || data[0] != magic0 || data[1] != magic1 {
@@ -83,7 +84,10 @@ func (sm *Summary) UnmarshalBinary(data []byte) error {
 	if ne > uint64(len(data)-d.off)/3 {
 		return fmt.Errorf("%w: %d entries in %d bytes", ErrCorrupt, ne, len(data)-d.off)
 	}
-	out := Summary{N: int(n), Total: total, Theta: theta, Entries: make([]Entry, ne)}
+	// Reuse sm's buffers: the streaming merges decode thousands of summaries
+	// into one scratch value.
+	out := Summary{N: int(n), Total: total, Theta: theta, Entries: grow(sm.Entries, int(ne))}
+	oldSketch := sm.Sketch
 	for i := range out.Entries {
 		l := d.uvarint()
 		if d.err == nil && l > MaxItemBytes {
@@ -123,7 +127,12 @@ func (sm *Summary) UnmarshalBinary(data []byte) error {
 		if cells > uint64(len(data)-d.off) { // one byte per cell at least
 			return fmt.Errorf("%w: %d sketch cells in %d bytes", ErrCorrupt, cells, len(data)-d.off)
 		}
-		out.Sketch = &Sketch{Width: int(w), Depth: int(depth), Cells: make([]uint64, cells)}
+		if oldSketch != nil && len(oldSketch.Cells) == int(cells) {
+			out.Sketch = oldSketch
+			out.Sketch.Width, out.Sketch.Depth = int(w), int(depth)
+		} else {
+			out.Sketch = &Sketch{Width: int(w), Depth: int(depth), Cells: make([]uint64, cells)}
+		}
 		for i := range out.Sketch.Cells {
 			out.Sketch.Cells[i] = d.uvarint()
 		}
@@ -136,6 +145,13 @@ func (sm *Summary) UnmarshalBinary(data []byte) error {
 	}
 	*sm = out
 	return nil
+}
+
+func grow(e []Entry, n int) []Entry {
+	if cap(e) >= n {
+		return e[:n]
+	}
+	return make([]Entry, n)
 }
 
 // Unmarshal decodes a summary.

@@ -17,13 +17,15 @@ type Config struct {
 	SketchWidth, SketchDepth int
 }
 
-// DefaultConfig tracks 4,096 items per summary with a 4 x 4,096 sketch
-// (128 KiB): with the pipeline's default 16 partitions that is 65,536 items
-// tracked per bucket over all partitions, far above K = 1,000. Measured on a
-// flat Zipf (s = 0.8 over 10M items, 1.2M events in 6 buckets), recall at
-// 1,000 was 0.906 with N = 2,048 and 8 partitions, 0.996 with N = 4,096 and 16,
-// and 0.999 with the sketch added (TestZipfWindows logs the current figures).
-func DefaultConfig() Config { return Config{N: 4096, SketchWidth: 4096, SketchDepth: 4} }
+// DefaultConfig tracks 4,096 items per summary and keeps no sketch: with the
+// pipeline's default 16 partitions that is 65,536 items tracked per bucket
+// over all partitions, far above K = 1,000. Measured on a flat Zipf (s = 0.8
+// over 10M items, 1.2M events in 6 buckets), recall at 1,000 was 0.906 with
+// N = 2,048 and 8 partitions, 0.996 with N = 4,096 and 16, and 0.999 with a
+// 4 x 4,096 sketch added; but on Prism a sketch multiplies the bytes every
+// sliding window copies (a 20k-event replay took 4 s without it, 13 s with
+// 4 x 1,024 and 32 s with 4 x 4,096), so the sketch is opt-in.
+func DefaultConfig() Config { return Config{N: 4096} }
 
 // MaxN bounds N, here and in decoded summaries.
 const MaxN = 1 << 20
@@ -158,21 +160,32 @@ var ErrMismatch = errors.New("summary shapes differ")
 // The result has a's N; sketches must have the same shape. If only one side
 // has a sketch, the result has none (unless the other side is empty).
 func MergeEvents(a, b *Summary) (*Summary, error) {
-	if a.Total == 0 && len(a.Entries) == 0 && a.Theta == 0 {
-		return b.withN(a.N), nil
+	out := a.withN(a.N)
+	if err := out.mergeEvents(b, nil); err != nil {
+		return nil, err
 	}
-	if b.Total == 0 && len(b.Entries) == 0 && b.Theta == 0 {
-		return a.withN(a.N), nil
+	return out, nil
+}
+
+func (sm *Summary) empty() bool { return sm.Total == 0 && len(sm.Entries) == 0 && sm.Theta == 0 }
+
+// mergeEvents merges b (a disjoint event set) into sm in place; buf, if not
+// nil, is scratch space for the merged entries (its old contents are lost).
+func (sm *Summary) mergeEvents(b *Summary, buf *[]Entry) error {
+	if b.empty() {
+		return nil
 	}
-	out := &Summary{N: a.N, Total: a.Total + b.Total, Theta: a.Theta + b.Theta}
-	switch {
-	case a.Sketch != nil && b.Sketch != nil:
-		out.Sketch = a.Sketch.Clone()
-		if err := out.Sketch.Merge(b.Sketch); err != nil {
-			return nil, fmt.Errorf("merge events: %w", err)
-		}
+	if sm.empty() {
+		n := sm.N
+		*sm = *b.withN(n)
+		return nil
 	}
-	merged := make([]Entry, 0, len(a.Entries)+len(b.Entries))
+	var merged []Entry
+	if buf != nil {
+		merged = (*buf)[:0]
+	}
+	merged = slices.Grow(merged, len(sm.Entries)+len(b.Entries))
+	a := sm
 	i, j := 0, 0
 	for i < len(a.Entries) || j < len(b.Entries) {
 		var c int
@@ -204,11 +217,58 @@ func MergeEvents(a, b *Summary) (*Summary, error) {
 			j++
 		}
 	}
-	out.Entries = merged
-	out.tighten()
-	out.truncate(out.N)
-	return out, nil
+	// Sketches add only after every bound above used each side's own.
+	switch {
+	case a.Sketch != nil && b.Sketch != nil:
+		if err := a.Sketch.Merge(b.Sketch); err != nil {
+			return fmt.Errorf("merge events: %w", err)
+		}
+	default:
+		a.Sketch = nil // one side's counts are missing from it
+	}
+	a.Total += b.Total
+	a.Theta += b.Theta
+	if buf != nil {
+		// Swap buffers: the old entries become the next call's scratch.
+		*buf, a.Entries = a.Entries, merged
+	} else {
+		a.Entries = merged
+	}
+	a.tighten()
+	a.truncate(a.N)
+	return nil
 }
+
+// Merger accumulates encoded summaries of disjoint event sets (the streaming
+// merges' inner loop), decoding each into one reused scratch summary and
+// merging in place, so a merge of sixty minute summaries allocates about one
+// summary's worth, not sixty.
+type Merger struct {
+	acc     *Summary
+	scratch Summary
+	buf     []Entry
+}
+
+// AddEncoded decodes data and merges it in.
+func (m *Merger) AddEncoded(data []byte) error {
+	if err := m.scratch.UnmarshalBinary(data); err != nil {
+		return err
+	}
+	return m.Add(&m.scratch)
+}
+
+// Add merges sm in (sm is not kept).
+func (m *Merger) Add(sm *Summary) error {
+	if m.acc == nil {
+		m.acc = sm.withN(sm.N)
+		return nil
+	}
+	return m.acc.mergeEvents(sm, &m.buf)
+}
+
+// Result is the merged summary, nil if nothing was added. The Merger must not
+// be used after.
+func (m *Merger) Result() *Summary { return m.acc }
 
 // tighten lowers every entry's hi to the sketch's estimate where that is
 // smaller: the merged sketch counts every event of both sides, so its

@@ -234,3 +234,25 @@ func TestPartitionSpread(t *testing.T) {
 		}
 	}
 }
+
+// The in-place Merger gives exactly what pairwise MergeEvents gives.
+func TestMergerEqualsMergeEvents(t *testing.T) {
+	sms := sampleSummaries(t)
+	var m Merger
+	want := sms[0]
+	for i, sm := range sms {
+		b, _ := sm.MarshalBinary()
+		if err := m.AddEncoded(b); err != nil {
+			t.Fatal(err)
+		}
+		if i > 0 {
+			var err error
+			if want, err = MergeEvents(want, sm); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if !Equal(m.Result(), want) {
+		t.Fatal("Merger result differs from pairwise MergeEvents")
+	}
+}

@@ -1,0 +1,158 @@
+// Package fastpath is the streaming job: read beacons, decode and validate,
+// pre-aggregate per bundle, merge bucket summaries per partition, slide
+// windows over summaries, merge partitions into ranked lists, publish. Build
+// adds it to a Beam pipeline; Run builds, runs it on the runner selected by
+// Beam's --runner flag (Prism in-process by default) and reports what it did.
+//
+//	source -> preagg --(KV<type|scope|partition, summary>, ts = bucket)--> buckets (fixed 10 s, allowed lateness)
+//	   buckets -> sliding 1m/10s  -> lists(1m)
+//	   buckets -> sliding 5m/10s  -> lists(5m)
+//	   buckets -> fixed 1m -> sliding 1h/1m -> lists(1h)
+//	   lists -> publish (Redis blob + pointer, files); dead letters -> files
+package fastpath
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+
+	"github.com/topk-dev/topk/schemas"
+	"github.com/topk-dev/topk/transforms/counter"
+	"github.com/topk-dev/topk/transforms/merge"
+	"github.com/topk-dev/topk/transforms/preagg"
+	"github.com/topk-dev/topk/transforms/publish"
+	"github.com/topk-dev/topk/transforms/source"
+)
+
+// Config is the whole fast path's configuration.
+type Config struct {
+	Source     source.Spec
+	SourceOpts source.Options
+	Preagg     preagg.Config
+	Lists      merge.Config
+	Publish    publish.Config
+	// DeadLetterDir receives dead letters as NDJSON; "" only counts them.
+	DeadLetterDir string
+	// Windows to publish; each of 1m, 5m, 1h (24h and all come from the
+	// exact path's stitching).
+	Windows []schemas.Window
+}
+
+// DefaultConfig publishes 1m, 5m and 1h lists with the default counting
+// configuration; Source must still be set.
+func DefaultConfig() Config {
+	return Config{
+		Preagg:  preagg.DefaultConfig(),
+		Lists:   merge.DefaultConfig(),
+		Windows: []schemas.Window{schemas.Window1m, schemas.Window5m, schemas.Window1h},
+	}
+}
+
+// Validate reports what cannot work, before anything runs.
+func (c Config) Validate() error {
+	if err := c.Source.Validate(); err != nil {
+		return fmt.Errorf("source: %w", err)
+	}
+	if err := c.Preagg.Validate(); err != nil {
+		return fmt.Errorf("preagg: %w", err)
+	}
+	if err := c.Lists.Validate(); err != nil {
+		return fmt.Errorf("lists: %w", err)
+	}
+	if len(c.Windows) == 0 {
+		return errors.New("no windows to publish")
+	}
+	for _, w := range c.Windows {
+		if !slices.Contains([]schemas.Window{schemas.Window1m, schemas.Window5m, schemas.Window1h}, w) {
+			return fmt.Errorf("window %q is not one the fast path publishes (1m, 5m, 1h)", w)
+		}
+		if w.Period()%c.Preagg.Bucket != 0 {
+			return fmt.Errorf("window %s moves every %v, not a multiple of the %v bucket", w, w.Period(), c.Preagg.Bucket)
+		}
+	}
+	return nil
+}
+
+// Build adds the fast path to s.
+func Build(s beam.Scope, cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	s = s.Scope("fastpath")
+	beacons, srcDead := source.Read(s, cfg.Source, cfg.SourceOpts)
+	partials, decodeDead := preagg.Apply(s, beacons, cfg.Preagg)
+	publish.DeadLetters(s, beam.Flatten(s, srcDead, decodeDead), cfg.DeadLetterDir)
+
+	buckets := counter.Buckets(s, partials, cfg.Preagg.Bucket, cfg.Preagg.AllowedLateness)
+	var minutes beam.PCollection
+	for _, w := range cfg.Windows {
+		var windowed beam.PCollection
+		switch w {
+		case schemas.Window1h:
+			if !minutes.IsValid() {
+				minutes = counter.Fixed(s, buckets, time.Minute)
+			}
+			windowed = counter.Sliding(s, minutes, w.Length(), w.Period())
+		default:
+			windowed = counter.Sliding(s, buckets, w.Length(), w.Period())
+		}
+		// One publish step per window: Flatten needs equal windowing.
+		publish.Lists(s, merge.Lists(s, windowed, w, cfg.Lists), cfg.Publish)
+	}
+	return nil
+}
+
+// Report is what a finite run did: the line the streaming command prints.
+type Report struct {
+	Events      int64   `json:"events"`
+	Bad         int64   `json:"bad"`
+	LateDropped int64   `json:"late_dropped"`
+	Seconds     float64 `json:"seconds"`
+	EventsPerS  float64 `json:"events_per_s"`
+	Lists       int64   `json:"lists"`
+	LagP50Ms    float64 `json:"lag_p50_ms"`
+	LagP99Ms    float64 `json:"lag_p99_ms"`
+	PeakRSSMB   float64 `json:"peak_rss_mb"`
+}
+
+// Metrics are the pipeline counters Run reads back.
+type Metrics map[string]int64
+
+// Runner executes a built pipeline and returns its counters; the default
+// runs beamx.RunWithMetrics (Beam's --runner flag, Prism by default).
+type Runner func(ctx context.Context, p *beam.Pipeline) (Metrics, error)
+
+// Run builds and runs the fast path and reports what it did. lag, when not
+// nil, is started before the pipeline and stopped after it: it returns the
+// 1m lists' publish lag percentiles (ms).
+func Run(ctx context.Context, cfg Config, run Runner, lag func() (p50, p99 float64)) (Report, error) {
+	p, s := beam.NewPipelineWithRoot()
+	if err := Build(s, cfg); err != nil {
+		return Report{}, err
+	}
+	start := time.Now()
+	m, err := run(ctx, p)
+	secs := time.Since(start).Seconds()
+	if err != nil {
+		return Report{}, fmt.Errorf("run: %w", err)
+	}
+	r := Report{
+		Events:      m["events"],
+		Bad:         m["dead_letters"],
+		LateDropped: m["late_dropped"],
+		Seconds:     secs,
+		Lists:       m["lists"],
+		PeakRSSMB:   peakRSSMB(),
+	}
+	if secs > 0 {
+		r.EventsPerS = float64(r.Events) / secs
+	}
+	if lag != nil {
+		r.LagP50Ms, r.LagP99Ms = lag()
+	}
+	return r, nil
+}

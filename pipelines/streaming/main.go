@@ -1,0 +1,180 @@
+// Command streaming runs topk's fast path: the streaming Beam job that turns
+// beacons into 1m, 5m and 1h lists in Redis (and files with --lists_out).
+//
+//	go run ./pipelines/streaming --source=file:events.ndjson.gz --lists_out=/tmp/lists
+//	go run ./pipelines/streaming --source=synthetic:rate=200000,duration=2m
+//	go run ./pipelines/streaming --source=pubsub:projects/P/subscriptions/S
+//
+// The runner is Beam's --runner flag: Prism in-process by default,
+// --runner=universal --endpoint=HOST:PORT --environment_type=LOOPBACK for a
+// portable job server (Flink's, or a standalone Prism), --runner=dataflow
+// --project --region --staging_location for Dataflow (--dry_run translates
+// offline). A finite run prints one line of JSON with what it did.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime/pprof"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/runners"
+
+	"github.com/topk-dev/topk/internal/redisx"
+	"github.com/topk-dev/topk/pipelines/fastpath"
+	"github.com/topk-dev/topk/schemas"
+	"github.com/topk-dev/topk/transforms/publish/liststore"
+	"github.com/topk-dev/topk/transforms/source"
+)
+
+// Flags holds the command line; Config turns it into a fastpath.Config.
+type Flags struct {
+	Source          string
+	Partitions      int
+	AllowedLateness time.Duration
+	K, Margin       int
+	SummaryN        int
+	SketchWidth     int
+	SketchDepth     int
+	MaxDistinct     int
+	Types           string
+	Scopes          bool
+	Windows         string
+	Redis           string
+	RedisPrefix     string
+	ListsOut        string
+	DeadLetterDir   string
+	PubsubEndpoint  string
+	CPUProfile      string
+}
+
+// Register defines the flags on fs with their defaults.
+func (f *Flags) Register(fs *flag.FlagSet) {
+	d := fastpath.DefaultConfig()
+	fs.StringVar(&f.Source, "source", "", "pubsub:projects/P/subscriptions/S | file:PATH | synthetic:rate=R,duration=D,items=N,zipf=S,seed=X,beacon=B")
+	fs.IntVar(&f.Partitions, "partitions", d.Preagg.Partitions, "counter partitions P (item lives in hash(item) mod P)")
+	fs.DurationVar(&f.AllowedLateness, "allowed_lateness", d.Preagg.AllowedLateness, "events later than this are left to the exact path")
+	fs.IntVar(&f.K, "k", d.Lists.K, "list depth K (complete means certified to K)")
+	fs.IntVar(&f.Margin, "margin", d.Lists.Margin, "entries published beyond K, so takedowns keep lists full")
+	fs.IntVar(&f.SummaryN, "summary_n", d.Preagg.Summary.N, "entries tracked per (list, partition, bucket) summary")
+	fs.IntVar(&f.SketchWidth, "sketch_width", d.Preagg.Summary.SketchWidth, "count-min sketch width (power of two; 0: no sketch)")
+	fs.IntVar(&f.SketchDepth, "sketch_depth", d.Preagg.Summary.SketchDepth, "count-min sketch depth")
+	fs.IntVar(&f.MaxDistinct, "max_distinct", d.Preagg.MaxDistinct, "distinct keys held per bundle before an early flush")
+	fs.StringVar(&f.Types, "types", "", "comma-separated item types to accept (empty: any well-formed type)")
+	fs.BoolVar(&f.Scopes, "scopes", false, "also count country and region lists")
+	fs.StringVar(&f.Windows, "windows", "1m,5m,1h", "windows to publish")
+	fs.StringVar(&f.Redis, "redis", "", "Redis address (default $REDIS_ADDR; an embedded server when both are empty)")
+	fs.StringVar(&f.RedisPrefix, "redis_prefix", "", "Redis key prefix (default topk)")
+	fs.StringVar(&f.ListsOut, "lists_out", "", "also write every list version to DIR/{type}/{scope}/{window}/{as_of ms}.json")
+	fs.StringVar(&f.DeadLetterDir, "dead_letter_dir", "", "write dead letters here as NDJSON (default LISTS_OUT/deadletter)")
+	fs.StringVar(&f.PubsubEndpoint, "pubsub_endpoint", "", "Pub/Sub emulator host:port (default $PUBSUB_EMULATOR_HOST)")
+	fs.StringVar(&f.CPUProfile, "cpuprofile", "", "write a CPU profile of the whole run (Prism runs in-process) to this file")
+}
+
+// Config validates the flags into a fastpath configuration (redisAddr is the
+// resolved Redis address, "" for none).
+func (f *Flags) Config(redisAddr string) (fastpath.Config, error) {
+	cfg := fastpath.DefaultConfig()
+	if f.Source == "" {
+		return cfg, fmt.Errorf("--source is required (file:PATH, synthetic:..., pubsub:projects/P/subscriptions/S)")
+	}
+	spec, err := source.ParseSpec(f.Source)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.Source = spec
+	cfg.SourceOpts = source.Options{Runner: *runners.Runner, PubsubEndpoint: f.PubsubEndpoint}
+	cfg.Preagg.Partitions = f.Partitions
+	cfg.Preagg.AllowedLateness = f.AllowedLateness
+	cfg.Preagg.Summary.N = f.SummaryN
+	cfg.Preagg.Summary.SketchWidth = f.SketchWidth
+	cfg.Preagg.Summary.SketchDepth = f.SketchDepth
+	if f.SketchWidth == 0 {
+		cfg.Preagg.Summary.SketchDepth = 0
+	}
+	cfg.Preagg.MaxDistinct = f.MaxDistinct
+	cfg.Preagg.Scopes = f.Scopes
+	if f.Types != "" {
+		cfg.Preagg.Types = strings.Split(f.Types, ",")
+	}
+	cfg.Lists.K, cfg.Lists.Margin = f.K, f.Margin
+	cfg.Windows = nil
+	for _, w := range strings.Split(f.Windows, ",") {
+		cfg.Windows = append(cfg.Windows, schemas.Window(strings.TrimSpace(w)))
+	}
+	cfg.Publish.RedisAddr, cfg.Publish.RedisPrefix, cfg.Publish.ListsOut = redisAddr, f.RedisPrefix, f.ListsOut
+	cfg.DeadLetterDir = f.DeadLetterDir
+	if cfg.DeadLetterDir == "" && f.ListsOut != "" {
+		cfg.DeadLetterDir = filepath.Join(f.ListsOut, "deadletter")
+	}
+	return cfg, cfg.Validate()
+}
+
+func main() {
+	var f Flags
+	f.Register(flag.CommandLine)
+	flag.Parse()
+	beam.Init() // first call after flags: this binary is also the worker
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := run(ctx, &f); err != nil {
+		slog.Error("streaming", "err", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, f *Flags) error {
+	dryRun := isDryRun()
+	var conn *redisx.Conn
+	redisAddr := ""
+	if !dryRun {
+		var err error
+		if conn, err = redisx.Connect(ctx, f.Redis); err != nil {
+			return err
+		}
+		defer conn.Close()
+		redisAddr = conn.Addr
+	}
+	cfg, err := f.Config(redisAddr)
+	if err != nil {
+		return err
+	}
+	var lag func() (float64, float64)
+	if conn != nil && cfg.Source.Kind != source.KindFile {
+		obs, err := fastpath.ObserveLag(ctx, liststore.New(conn.Client, liststore.Options{Prefix: f.RedisPrefix}))
+		if err != nil {
+			return err
+		}
+		lag = obs.Stop
+	}
+	if f.CPUProfile != "" {
+		pf, err := os.Create(f.CPUProfile)
+		if err != nil {
+			return err
+		}
+		defer pf.Close()
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	rep, err := fastpath.Run(ctx, cfg, fastpath.BeamRunner, lag)
+	if err != nil {
+		return err
+	}
+	return json.NewEncoder(os.Stdout).Encode(rep)
+}
+
+func isDryRun() bool {
+	fl := flag.Lookup("dry_run")
+	return fl != nil && fl.Value.String() == "true"
+}
