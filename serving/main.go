@@ -25,8 +25,17 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/topk-dev/topk/serving/api"
 )
+
+// redisLogger sends go-redis' internal log lines to slog at debug level.
+type redisLogger struct{ l *slog.Logger }
+
+func (r redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	r.l.DebugContext(ctx, "redis: "+fmt.Sprintf(format, v...))
+}
 
 func main() {
 	cfg, err := parseFlags(flag.CommandLine, os.Args[1:])
@@ -34,6 +43,9 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
+	// go-redis logs every failed dial while Redis is down; keep that at
+	// debug level, the server logs the outage once.
+	redis.SetLogger(redisLogger{cfg.Logger})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := api.Run(ctx, cfg); err != nil {
