@@ -52,9 +52,9 @@ var ErrBadBeacon = errors.New("bad beacon")
 // beacon_id at most MaxBeaconIDLen bytes, at most MaxBeaconEvents events,
 // each string at most its Max*Len (country 2 bytes), MaxBeaconBytes in all.
 //
-// ts is kept to the millisecond (sub-millisecond digits are dropped) and 0
-// stands for a missing ts, so an event stamped exactly at the Unix epoch
-// decodes with a zero TS; the default Validator rejects both.
+// ts is kept to the millisecond (sub-millisecond digits are dropped, in UTC)
+// and 0 stands for a missing ts, so an event stamped exactly at the Unix
+// epoch decodes with a zero TS, which Validate reports as missing.
 func MarshalBeacon(b *Beacon) ([]byte, error) {
 	return AppendBeacon(nil, b)
 }
