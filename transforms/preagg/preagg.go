@@ -48,7 +48,9 @@ type Config struct {
 	// Types, when non-empty, are the only item types accepted.
 	Types []string
 	// MaxFuture rejects events further ahead of the beacon's element time.
-	// Zero: no limit.
+	// Zero (the default): no limit. Clock skew is the ingest API's check,
+	// against wall time; here element time is the source's data clock, which
+	// a sparse replay legitimately outruns.
 	MaxFuture time.Duration
 	// Scopes: count each event in its country and region lists too, besides
 	// "global".
@@ -63,7 +65,6 @@ func DefaultConfig() Config {
 		AllowedLateness: 2 * time.Minute,
 		Summary:         summary.DefaultConfig(),
 		MaxDistinct:     1 << 18,
-		MaxFuture:       5 * time.Minute,
 	}
 }
 
