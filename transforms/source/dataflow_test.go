@@ -1,0 +1,46 @@
+package source
+
+import (
+	"context"
+	"flag"
+	"testing"
+
+	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/runners/dataflow"
+)
+
+// TestDataflowDryRun: with Runner "dataflow" the Pub/Sub source is Beam's
+// native read, and the job translates for Dataflow offline (--dry_run, no
+// credentials).
+func TestDataflowDryRun(t *testing.T) {
+	for name, value := range map[string]string{
+		"dry_run": "true", "project": "p", "region": "us-central1", "staging_location": "gs://b/s",
+	} {
+		old := flag.Lookup(name).Value.String()
+		if err := flag.Set(name, value); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { flag.Set(name, old) })
+	}
+	spec, err := ParseSpec("pubsub:projects/p/subscriptions/views-fast")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, s := beam.NewPipelineWithRoot()
+	beacons, dead := Read(s, spec, Options{Runner: RunnerDataflow})
+	beam.ParDo0(s, &failOnFn{}, beacons)
+	beam.ParDo(s, deadLetterKeyFn, dead)
+	if _, err := dataflow.Execute(context.Background(), p); err != nil {
+		t.Fatalf("dataflow dry run: %v", err)
+	}
+
+	// idle_stop cannot be honoured by the native read: refused at construction.
+	spec, _ = ParseSpec("pubsub:projects/p/subscriptions/views-fast?idle_stop=1s")
+	defer func() {
+		if recover() == nil {
+			t.Error("Read with idle_stop on Dataflow did not panic")
+		}
+	}()
+	_, s = beam.NewPipelineWithRoot()
+	Read(s, spec, Options{Runner: RunnerDataflow})
+}

@@ -1,0 +1,256 @@
+package source
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/passert"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/ptest"
+	"github.com/topk-dev/topk/schemas"
+)
+
+func init() {
+	register.Function3x1(beaconEventsFn)
+	register.Function2x0(deadLetterKeyFn)
+	register.Emitter1[string]()
+}
+
+// beaconEventsFn emits a beacon as "beacon_id @ element_ts_ms" and each of
+// its events as "beacon_id event_id item ts_ms".
+func beaconEventsFn(ts beam.EventTime, data []byte, emit func(string)) error {
+	var r schemas.BeaconReader
+	if err := r.Reset(data); err != nil {
+		return err
+	}
+	emit(fmt.Sprintf("%s @ %d", r.BeaconID(), ts))
+	var e schemas.Event
+	for r.Next(&e) {
+		emit(fmt.Sprintf("%s %s %s %d", r.BeaconID(), e.EventID, e.Item, e.TS.UnixMilli()))
+	}
+	return r.Err()
+}
+
+// deadLetterKeyFn emits "stage | line N | payload" for a dead letter whose
+// reason is "line N: invalid event: ...", and the whole reason otherwise.
+func deadLetterKeyFn(d schemas.DeadLetter, emit func(string)) {
+	where, why, _ := strings.Cut(d.Reason, ": ")
+	if !strings.HasPrefix(why, schemas.ErrInvalidEvent.Error()) {
+		where = "unexpected reason " + d.Reason
+	}
+	emit(d.Stage + " | " + where + " | " + string(d.Payload))
+}
+
+// testEvents builds an NDJSON stream of n valid events with increasing,
+// slightly disordered timestamps and bad lines at known places; it returns
+// the file's lines, what beaconEventsFn should print for beacons of b events
+// (each beacon stamped with the largest ts of the beacons before it, the
+// first with its own smallest), and the expected dead letters as
+// deadLetterKeyFn prints them.
+func testEvents(n, b int) (lines []string, want []string, dead []string) {
+	base := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	bad := map[int]string{
+		3:  `{"event_id":"x","type":"video",`,
+		4:  `not json`,
+		10: `{"event_id":"e-x","type":"video","item":"v_1","ts":"2026-11-30T10:00:00Z","color":"red"}`,
+		17: `{"event_id":"e-y","type":"video","item":"v_1","ts":"yesterday"}`,
+		18: `[1,2]`,
+	}
+	k := 0
+	clock, beaconMin, beaconMax := int64(0), int64(0), int64(0)
+	flush := func() {
+		at := clock
+		if k <= b {
+			at = beaconMin
+		}
+		want = append(want, fmt.Sprintf("f%d @ %d", (k-1)/b, at))
+		clock = max(clock, beaconMax)
+	}
+	for i := 0; i < n; i++ {
+		for line := len(lines) + 1; bad[line] != ""; line = len(lines) + 1 {
+			lines = append(lines, bad[line])
+			dead = append(dead, fmt.Sprintf("source | line %d | %s", line, bad[line]))
+		}
+		if i == 7 {
+			lines = append(lines, "", "   ") // blank lines are skipped silently
+		}
+		// Every fifth event is 3 s late.
+		ts := base.Add(time.Duration(i) * time.Second)
+		if i%5 == 4 {
+			ts = ts.Add(-3 * time.Second)
+		}
+		e := fmt.Sprintf(`{"event_id":"e-%d","type":"video","item":"v_%d","user":"u_1","ts":%q}`, i, i%7, ts.Format(time.RFC3339Nano))
+		lines = append(lines, e)
+		want = append(want, fmt.Sprintf("f%d e-%d v_%d %d", k/b, i, i%7, ts.UnixMilli()))
+		ms := ts.UnixMilli()
+		if k%b == 0 {
+			beaconMin, beaconMax = ms, ms
+		}
+		beaconMin, beaconMax = min(beaconMin, ms), max(beaconMax, ms)
+		k++
+		if k%b == 0 || i == n-1 {
+			flush()
+		}
+	}
+	return lines, want, dead
+}
+
+func writeFile(t *testing.T, path string, lines []string) {
+	t.Helper()
+	var buf bytes.Buffer
+	var w interface {
+		Write([]byte) (int, error)
+	} = &buf
+	var zw *gzip.Writer
+	if strings.HasSuffix(path, ".gz") {
+		zw = gzip.NewWriter(&buf)
+		w = zw
+	}
+	for i, l := range lines {
+		sep := "\n"
+		if i == len(lines)-1 {
+			sep = "" // no newline at the end of the last line
+		}
+		if i%2 == 1 {
+			sep = "\r\n"
+		}
+		fmt.Fprint(w, l+sep)
+	}
+	if zw != nil {
+		if err := zw.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFileSource: on Prism, every valid event of a plain and a gzip NDJSON
+// file comes out once, in beacons of at most B events in file order, each
+// beacon timestamped with the data clock before it; every bad
+// line comes out as a dead letter with its line number and reason.
+func TestFileSource(t *testing.T) {
+	const n, b = 53, 10
+	lines, want, dead := testEvents(n, b)
+	for _, name := range []string{"events.ndjson", "events.ndjson.gz"} {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), name)
+			writeFile(t, path, lines)
+			spec, err := ParseSpec(fmt.Sprintf("file:%s?beacon=%d", path, b))
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, s := beam.NewPipelineWithRoot()
+			beacons, deadLetters := Read(s, spec, Options{})
+			passert.Count(s, beacons, "beacons", (n+b-1)/b)
+			passert.EqualsList(s, beam.ParDo(s, beaconEventsFn, beacons), want)
+			passert.EqualsList(s, beam.ParDo(s, deadLetterKeyFn, deadLetters), dead)
+			if err := ptest.Run(p); err != nil {
+				t.Fatalf("pipeline: %v", err)
+			}
+		})
+	}
+}
+
+// TestFileReader checks, without a runner, beacon boundaries, ids, the data
+// clock and the dead letters' line numbers and payloads.
+func TestFileReader(t *testing.T) {
+	lines, wantStrs, dead := testEvents(23, 4)
+	var in bytes.Buffer
+	for _, l := range lines {
+		in.WriteString(l + "\n")
+	}
+	fr := fileReader{r: bufio.NewReader(&in), beacon: 4, prefix: "f"}
+	type out struct {
+		clock  int64
+		id     string
+		events int
+	}
+	var got []out
+	var gotDead []schemas.DeadLetter
+	err := fr.run(func(clock int64, data []byte) {
+		var bc schemas.Beacon
+		if err := schemas.UnmarshalBeacon(data, &bc); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, out{clock: clock, id: bc.BeaconID, events: len(bc.Events)})
+	}, func(d schemas.DeadLetter) { gotDead = append(gotDead, d) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 6 {
+		t.Fatalf("%d beacons, want 6 (23 events by 4)", len(got))
+	}
+	wantClock := map[string]string{}
+	for _, w := range wantStrs {
+		if id, at, ok := strings.Cut(w, " @ "); ok {
+			wantClock[id] = at
+		}
+	}
+	prev := int64(0)
+	for i, o := range got {
+		if want := fmt.Sprintf("f%d", i); o.id != want {
+			t.Errorf("beacon %d id %q, want %q", i, o.id, want)
+		}
+		if want := min(4, 23-4*i); o.events != want {
+			t.Errorf("beacon %d has %d events, want %d", i, o.events, want)
+		}
+		if got := strconv.FormatInt(o.clock, 10); got != wantClock[o.id] {
+			t.Errorf("beacon %s clock %s, want %s", o.id, got, wantClock[o.id])
+		}
+		if o.clock < prev {
+			t.Errorf("beacon %d clock %d went back from %d", i, o.clock, prev)
+		}
+		prev = o.clock
+	}
+	if len(gotDead) != len(dead) {
+		t.Fatalf("%d dead letters, want %d", len(gotDead), len(dead))
+	}
+	for i, d := range gotDead {
+		var key string
+		deadLetterKeyFn(d, func(k string) { key = k })
+		if key != dead[i] {
+			t.Errorf("dead letter %d = %q, want %q", i, key, dead[i])
+		}
+	}
+	if want := "line 3: invalid event"; !strings.HasPrefix(gotDead[0].Reason, want) {
+		t.Errorf("first dead letter reason %q, want prefix %q", gotDead[0].Reason, want)
+	}
+}
+
+// TestFileReaderLongLine: a line over the limit is a dead letter holding its
+// beginning, and reading goes on.
+func TestFileReaderLongLine(t *testing.T) {
+	long := `{"event_id":"` + strings.Repeat("x", maxLineBytes) + `"}`
+	ok := `{"event_id":"e","type":"video","item":"v_1","ts":"2026-11-30T10:00:00Z"}`
+	in := strings.NewReader(ok + "\n" + long + "\n" + ok + "\n")
+	fr := fileReader{r: bufio.NewReaderSize(in, 4096), beacon: 10, prefix: "f"}
+	var events int
+	var gotDead []schemas.DeadLetter
+	err := fr.run(func(_ int64, data []byte) {
+		var r schemas.BeaconReader
+		if err := r.Reset(data); err != nil {
+			t.Fatal(err)
+		}
+		events += r.Len()
+	}, func(d schemas.DeadLetter) { gotDead = append(gotDead, d) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if events != 2 || len(gotDead) != 1 {
+		t.Fatalf("%d events and %d dead letters, want 2 and 1", events, len(gotDead))
+	}
+	if d := gotDead[0]; !strings.Contains(d.Reason, "line 2: longer than") || len(d.Payload) != schemas.MaxDeadLetterPayload {
+		t.Errorf("dead letter reason %q, payload %d bytes", d.Reason, len(d.Payload))
+	}
+}

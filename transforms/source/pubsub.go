@@ -1,0 +1,347 @@
+package source
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	vkit "cloud.google.com/go/pubsub/v2/apiv1"
+	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/mtime"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/sdf"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/log"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
+	"google.golang.org/api/option"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+)
+
+func init() {
+	register.DoFn5x2[context.Context, *pullEstimator, *streamTracker, []byte,
+		func(beam.EventTime, []byte), sdf.ProcessContinuation, error](&pullFn{})
+	register.Emitter2[beam.EventTime, []byte]()
+}
+
+// TSAttribute is the message attribute holding the beacon's earliest event
+// time in Unix milliseconds (decimal). Without it a message is stamped with
+// its publish time.
+const TSAttribute = "ts"
+
+const (
+	// maxAckIDsPerRequest keeps Acknowledge requests well under Pub/Sub's
+	// 512 KB request limit (ack ids are up to ~200 bytes).
+	maxAckIDsPerRequest = 1000
+	// idleResume is how long an idle reader waits before pulling again
+	// (after an empty Pull, which may itself have waited: see pull).
+	idleResume = 200 * time.Millisecond
+	// errorResume is the wait after a failed Pull.
+	errorResume = time.Second
+	// minPullWait is the shortest deadline a Pull gets.
+	minPullWait = 500 * time.Millisecond
+)
+
+var (
+	pubsubMessages   = beam.NewCounter("topk.source", "pubsub_messages")
+	pubsubPulls      = beam.NewCounter("topk.source", "pubsub_pulls")
+	pubsubEmptyPulls = beam.NewCounter("topk.source", "pubsub_empty_pulls")
+	pubsubPullErrors = beam.NewCounter("topk.source", "pubsub_pull_errors")
+	pubsubAcked      = beam.NewCounter("topk.source", "pubsub_acked")
+	pubsubAckErrors  = beam.NewCounter("topk.source", "pubsub_ack_errors")
+	pubsubBadTS      = beam.NewCounter("topk.source", "pubsub_bad_ts_attribute")
+)
+
+// pullFn reads a Pub/Sub subscription with unary Pull: an unbounded
+// splittable DoFn over an Impulse, one restriction per reader.
+type pullFn struct {
+	Subscription string
+	// Endpoint is an emulator or fake (host:port, no credentials); "" is
+	// Google Cloud with default credentials.
+	Endpoint    string
+	MaxMessages int32
+	BundleTime  time.Duration
+	IdleStop    time.Duration
+	Slack       time.Duration
+	Readers     int
+
+	conn *grpc.ClientConn
+	sub  *vkit.SubscriptionAdminClient
+}
+
+func (fn *pullFn) Setup(ctx context.Context) error {
+	var opts []option.ClientOption
+	if fn.Endpoint != "" {
+		conn, err := grpc.NewClient(fn.Endpoint,
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32)))
+		if err != nil {
+			return fmt.Errorf("pubsub dial %s: %w", fn.Endpoint, err)
+		}
+		fn.conn = conn
+		opts = append(opts, option.WithGRPCConn(conn), option.WithoutAuthentication())
+	}
+	sub, err := vkit.NewSubscriptionAdminClient(ctx, opts...)
+	if err != nil {
+		if fn.conn != nil {
+			fn.conn.Close()
+			fn.conn = nil
+		}
+		return fmt.Errorf("pubsub client: %w", err)
+	}
+	fn.sub = sub
+	return nil
+}
+
+func (fn *pullFn) Teardown() error {
+	var errs []error
+	if fn.sub != nil {
+		errs = append(errs, fn.sub.Close())
+		fn.sub = nil
+	}
+	if fn.conn != nil {
+		errs = append(errs, fn.conn.Close())
+		fn.conn = nil
+	}
+	return errors.Join(errs...)
+}
+
+func (fn *pullFn) CreateInitialRestriction(_ []byte) streamRestriction {
+	return streamRestriction{End: unbounded}
+}
+
+// SplitRestriction makes one restriction per reader.
+func (fn *pullFn) SplitRestriction(_ []byte, r streamRestriction) []streamRestriction {
+	out := make([]streamRestriction, max(fn.Readers, 1))
+	for i := range out {
+		out[i] = r
+		out[i].Shard = int64(i)
+	}
+	return out
+}
+
+// RestrictionSize is unknown for a subscription: every reader weighs the same.
+func (fn *pullFn) RestrictionSize(_ []byte, _ streamRestriction) float64 { return 1 }
+
+func (fn *pullFn) CreateTracker(r streamRestriction) *streamTracker { return newStreamTracker(r) }
+
+// TruncateRestriction (drain) keeps only the pending acks: the call that
+// processes it acks them and stops.
+func (fn *pullFn) TruncateRestriction(rt *streamTracker, _ []byte) streamRestriction {
+	r := rt.GetRestriction().(streamRestriction)
+	r.End = r.Next
+	return r
+}
+
+func (fn *pullFn) InitialWatermarkEstimatorState(et beam.EventTime, _ streamRestriction, _ []byte) int64 {
+	return int64(et)
+}
+
+func (fn *pullFn) CreateWatermarkEstimator(state int64) *pullEstimator {
+	return &pullEstimator{wm: state, slack: fn.Slack.Milliseconds(), minTS: math.MaxInt64}
+}
+
+func (fn *pullFn) WatermarkEstimatorState(e *pullEstimator) int64 {
+	e.advance()
+	return e.wm
+}
+
+// ProcessElement acks what the previous bundle emitted, then pulls and emits
+// until BundleTime has passed (checkpoint now, so that output and the
+// watermark move on), a Pull comes back empty (checkpoint and resume after
+// idleResume), or, with IdleStop, nothing has arrived for that long (stop).
+func (fn *pullFn) ProcessElement(ctx context.Context, we *pullEstimator, rt *streamTracker, _ []byte, emit func(beam.EventTime, []byte)) (sdf.ProcessContinuation, error) {
+	// The runner runs a residual only once the bundle that returned it has
+	// committed: the messages it carries ack ids for are safely downstream.
+	if acks := rt.takeAcks(); len(acks) > 0 {
+		fn.ack(ctx, acks)
+	}
+	if rt.IsDone() { // truncated on drain
+		return sdf.StopProcessing(), nil
+	}
+	start := time.Now()
+	last := rt.GetRestriction().(streamRestriction).Mark
+	if last == 0 {
+		last = start.UnixNano()
+		rt.setMark(last)
+	}
+	emitted := 0
+	for {
+		resp, err := fn.pull(ctx, start)
+		now := time.Now()
+		pubsubPulls.Inc(ctx, 1)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("pubsub pull %s: %w", fn.Subscription, ctx.Err())
+			}
+			switch status.Code(err) {
+			case codes.NotFound, codes.PermissionDenied, codes.InvalidArgument, codes.Unauthenticated:
+				return nil, fmt.Errorf("pubsub pull %s: %w", fn.Subscription, err)
+			}
+			pubsubPullErrors.Inc(ctx, 1)
+			if emitted == 0 && fn.IdleStop > 0 && now.Sub(time.Unix(0, last)) >= fn.IdleStop {
+				return nil, fmt.Errorf("pubsub pull %s: nothing received for %s, last error: %w", fn.Subscription, fn.IdleStop, err)
+			}
+			log.Warnf(ctx, "pubsub pull %s: %v (retrying in %s)", fn.Subscription, err, errorResume)
+			return sdf.ResumeProcessingIn(errorResume), nil
+		}
+		msgs := resp.GetReceivedMessages()
+		if len(msgs) == 0 {
+			pubsubEmptyPulls.Inc(ctx, 1)
+			we.idle(now)
+			// Only a call that emitted nothing may stop: the ack ids of
+			// emitted messages travel with the residual.
+			if emitted == 0 && fn.IdleStop > 0 && now.Sub(time.Unix(0, last)) >= fn.IdleStop {
+				return sdf.StopProcessing(), nil
+			}
+			return sdf.ResumeProcessingIn(idleResume), nil
+		}
+		for i, m := range msgs {
+			if !rt.claimMessage(m.GetAckId()) {
+				// Split away (a runner checkpoint): hand the rest back.
+				fn.nack(ctx, msgs[i:])
+				return sdf.StopProcessing(), nil
+			}
+			ts, ok := messageTime(m.GetMessage())
+			if !ok {
+				pubsubBadTS.Inc(ctx, 1)
+			}
+			emit(ts, m.GetMessage().GetData())
+			emitted++
+		}
+		pubsubMessages.Inc(ctx, int64(len(msgs)))
+		rt.setMark(now.UnixNano())
+		last = now.UnixNano()
+		if now.Sub(start) >= fn.BundleTime {
+			return sdf.ResumeProcessingIn(0), nil
+		}
+	}
+}
+
+// pull makes one Pull call, bounded so that the bundle stays near
+// BundleTime: a long-polling server (the official emulator holds an empty
+// Pull until the client's deadline) must not hold emitted messages unacked
+// past their ack deadline. Against an emulator or fake (Endpoint set) it asks
+// the server to return immediately; Google Cloud discourages that, so there
+// it long-polls up to the deadline, and a deadline that passes is an empty
+// pull, not an error (messages a server hands to a pull cancelled in flight
+// are redelivered after their ack deadline).
+func (fn *pullFn) pull(ctx context.Context, start time.Time) (*pb.PullResponse, error) {
+	wait := max(fn.BundleTime-time.Since(start), minPullWait)
+	pctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	resp, err := fn.sub.Pull(pctx, &pb.PullRequest{
+		Subscription:      fn.Subscription,
+		MaxMessages:       fn.MaxMessages,
+		ReturnImmediately: fn.Endpoint != "",
+	})
+	if err != nil && ctx.Err() == nil && pctx.Err() != nil {
+		return &pb.PullResponse{}, nil
+	}
+	return resp, err
+}
+
+// messageTime is the message's event time: the "ts" attribute (Unix ms), or
+// its publish time when the attribute is absent or unparsable (ok = false
+// for unparsable).
+func messageTime(m *pb.PubsubMessage) (beam.EventTime, bool) {
+	if v, has := m.GetAttributes()[TSAttribute]; has {
+		ms, err := strconv.ParseInt(v, 10, 64)
+		if err == nil && ms >= int64(mtime.MinTimestamp) && ms <= int64(mtime.MaxTimestamp) {
+			return mtime.Time(ms), true
+		}
+		return mtime.FromTime(m.GetPublishTime().AsTime()), false
+	}
+	return mtime.FromTime(m.GetPublishTime().AsTime()), true
+}
+
+// ack acknowledges ids. A failure is counted and logged, not returned: the
+// messages are then redelivered after their ack deadline (a duplicate, never
+// a loss), and failing the bundle would fail the whole job on Prism.
+func (fn *pullFn) ack(ctx context.Context, ids []string) {
+	for len(ids) > 0 {
+		n := min(len(ids), maxAckIDsPerRequest)
+		err := fn.sub.Acknowledge(ctx, &pb.AcknowledgeRequest{Subscription: fn.Subscription, AckIds: ids[:n]})
+		if err != nil {
+			pubsubAckErrors.Inc(ctx, int64(n))
+			log.Warnf(ctx, "pubsub ack %d messages on %s: %v (they will be redelivered)", n, fn.Subscription, err)
+		} else {
+			pubsubAcked.Inc(ctx, int64(n))
+		}
+		ids = ids[n:]
+	}
+}
+
+// nack hands messages back for immediate redelivery (ack deadline 0).
+func (fn *pullFn) nack(ctx context.Context, msgs []*pb.ReceivedMessage) {
+	ids := make([]string, len(msgs))
+	for i, m := range msgs {
+		ids[i] = m.GetAckId()
+	}
+	for len(ids) > 0 {
+		n := min(len(ids), maxAckIDsPerRequest)
+		err := fn.sub.ModifyAckDeadline(ctx, &pb.ModifyAckDeadlineRequest{Subscription: fn.Subscription, AckIds: ids[:n]})
+		if err != nil {
+			log.Warnf(ctx, "pubsub nack %d messages on %s: %v", n, fn.Subscription, err)
+		}
+		ids = ids[n:]
+	}
+}
+
+// pullEstimator is the Pub/Sub reader's watermark estimator. Its state is the
+// watermark in Unix ms; it never moves back. The SDK reports it to the runner
+// at each checkpoint, so every estimate covers one call of ProcessElement
+// (one bundle):
+//
+//   - messages were pulled: the minimum event time emitted in the call, minus
+//     Slack. The reader drains the subscription's backlog roughly oldest
+//     first, so the oldest message of the latest batch bounds what is still
+//     to come; Slack absorbs the disorder between batches.
+//   - nothing was pulled: the backlog is empty, so nothing older than now is
+//     waiting; the watermark idles forward to wall-clock now minus Slack, so
+//     windows keep closing when traffic stops. A message stamped earlier
+//     that arrives later is late by that much (downstream's allowed
+//     lateness, and the exact path, cover it).
+//
+// Messages and an empty pull in one call count as messages only: the call's
+// own output must not fall behind the watermark it reports.
+type pullEstimator struct {
+	wm     int64 // ms, monotone
+	slack  int64 // ms
+	minTS  int64 // smallest event time observed in this call, ms; MaxInt64: none
+	idleAt int64 // wall clock of an empty pull in this call, ms; 0: none
+}
+
+// ObserveTimestamp is called by the SDK for every emitted element.
+func (e *pullEstimator) ObserveTimestamp(t time.Time) {
+	if ms := t.UnixMilli(); ms < e.minTS {
+		e.minTS = ms
+	}
+}
+
+func (e *pullEstimator) idle(now time.Time) { e.idleAt = now.UnixMilli() }
+
+func (e *pullEstimator) advance() {
+	var cand int64
+	switch {
+	case e.minTS != math.MaxInt64:
+		cand = e.minTS - e.slack
+	case e.idleAt != 0:
+		cand = e.idleAt - e.slack
+	default:
+		return
+	}
+	if cand > e.wm {
+		e.wm = cand
+	}
+}
+
+// CurrentWatermark is the estimate described on the type.
+func (e *pullEstimator) CurrentWatermark() time.Time {
+	e.advance()
+	return time.UnixMilli(e.wm)
+}

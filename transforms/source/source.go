@@ -1,0 +1,231 @@
+// Package source reads the fast path's input (DESIGN.md section 2, step 1):
+// Read adds a source, chosen by a Spec parsed from the --source flag, and
+// returns a PCollection<[]byte> of binary beacons (schemas.AppendBeacon
+// format), each timestamped with an event time, and a
+// PCollection<schemas.DeadLetter> of input the source itself could not parse.
+// Beacons are passed on undecoded: decoding and validation are downstream.
+//
+// # Sources
+//
+// pubsub:projects/P/subscriptions/S — unbounded. One message is one beacon,
+// passed through unchanged. On Dataflow (Options.Runner "dataflow") this is
+// Dataflow's native read (the transform Beam's pubsubio.Read adds; see
+// dataflowRead) with timestamp attribute "ts". On every other
+// runner (Prism, Flink, any portable job server) it is this package's
+// splittable DoFn, modelled on Beam's io/natsio: an unbounded restriction per
+// reader, unary Pull (not StreamingPull, which the in-process fake serves at
+// ~90 msg/s) of up to Options.MaxMessages messages, each element stamped with
+// the message's "ts" attribute (Unix ms: the earliest event time in the
+// beacon) or, without it, its publish time. A call pulls until
+// Options.BundleTime has passed and then self-checkpoints
+// (ResumeProcessingIn(0)), because output and the watermark reach the runner
+// only at a checkpoint; an empty pull checkpoints with a short delay. Option
+// idle_stop=D returns sdf.StopProcessing after D without a message, which is
+// how a finite run on Prism ends cleanly (windows and timers flush).
+//
+// Watermark (see pullEstimator): the minimum event time pulled in the last
+// bundle minus slack (default 2 s), never moving back; when a pull comes back
+// empty it idles forward to wall-clock now minus slack, so windows keep
+// firing when traffic stops.
+//
+// Delivery semantics: a message is acknowledged when the bundle that emitted
+// it has committed. The Go SDK loses bundle finalization callbacks after the
+// first bundle of a reused plan (PLATFORM.md), so they are not used; instead
+// the ack ids of a bundle's messages travel in the residual restriction of
+// its checkpoint, and the resumed call acks them before it pulls again. A
+// runner starts a residual only after the bundle that returned it committed
+// (Prism fails the job on a bundle failure, and never retries it), so:
+//
+//   - a bundle that fails leaves its messages unacked: they are redelivered
+//     after the subscription's ack deadline, to this or the next run
+//     (at-least-once, never a silent loss);
+//   - a message can be delivered twice: when its ack is late (the residual
+//     resumes after the ack deadline: keep it at 60 s), when an Acknowledge
+//     call fails (logged and counted, not fatal), or when the job stops after
+//     emitting but before the next resume (a job cancelled mid-bundle);
+//   - on Flink, a restore from a checkpoint taken before the ack can replay
+//     nothing for messages acked since: those are lost to the fast path.
+//
+// Duplicates and losses are the exact path's to repair: it reads the archive
+// subscription, deduplicates by event_id and recounts closed hours. On
+// Dataflow, the native read's own exactly-once semantics apply.
+//
+// file:PATH — bounded. NDJSON events (gzip when PATH ends in ".gz"), read in
+// order by one worker; consecutive valid lines are grouped into beacons of
+// up to `beacon` events (default 500; fewer when the lines would exceed the
+// beacon size limit). A malformed line goes to the dead letters (stage
+// "source", the line number and error as reason, the line as payload) and
+// the beacon continues. A beacon's element timestamp is the data clock as it
+// stood when the beacon's first event arrived: the largest event ts of all
+// the beacons before it (the first beacon: its own earliest ts). It is
+// monotone, so downstream can judge an event's lateness as its own ts
+// against its element's timestamp, and a beacon spanning a long stretch of a
+// sparse file does not make its own first events late. Events are kept as
+// they are; an event without ts does not move the clock (validation rejects
+// it downstream).
+//
+// synthetic:rate=R,duration=D,... — unbounded: a seeded generator (see
+// Generator) of beacons at R events/s for D, Zipf over N items, for
+// benchmarks and the local run. Element timestamp and event time are the wall
+// clock when the beacon is built; the watermark is the wall clock. It is the
+// only source that reads the wall clock for data.
+//
+// Every source registers its DoFns with register.*, so no reflection is used
+// on workers.
+package source
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/typex"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/util/protox"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/util/reflectx"
+	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
+	"github.com/topk-dev/topk/internal/pubsubx"
+	"github.com/topk-dev/topk/schemas"
+)
+
+func init() {
+	register.Function2x0(noDeadLetters)
+}
+
+// Options are the settings of a run that are not part of the source's
+// identity. The zero value is valid: every zero means the default below.
+type Options struct {
+	// Runner is the Beam runner's name. "dataflow" selects Dataflow's native
+	// Pub/Sub read; anything else this package's reader.
+	Runner string
+	// PubsubEndpoint is the host:port of a Pub/Sub emulator or in-process
+	// fake, reached without credentials (runners/local passes its pstest
+	// address). "" means PUBSUB_EMULATOR_HOST as Read sees it (read on the
+	// submitting machine, shipped to workers); when that is empty too,
+	// Google Cloud with default credentials.
+	PubsubEndpoint string
+	// MaxMessages is the most messages one Pull asks for. 0 means 1000.
+	MaxMessages int
+	// BundleTime is how long an unbounded source emits before it
+	// checkpoints. Output and the watermark move downstream at checkpoints,
+	// so it bounds the source's share of latency; shorter costs more
+	// per-bundle overhead. 0 means 1 s.
+	BundleTime time.Duration
+}
+
+const (
+	defaultMaxMessages = 1000
+	maxMaxMessages     = 10_000
+	defaultBundleTime  = time.Second
+	maxBundleTime      = 10 * time.Minute
+)
+
+// RunnerDataflow is the Options.Runner value of Dataflow.
+const RunnerDataflow = "dataflow"
+
+func (o Options) withDefaults() Options {
+	if o.PubsubEndpoint == "" {
+		o.PubsubEndpoint = pubsubx.EmulatorAddr()
+	}
+	if o.MaxMessages == 0 {
+		o.MaxMessages = defaultMaxMessages
+	}
+	if o.BundleTime == 0 {
+		o.BundleTime = defaultBundleTime
+	}
+	return o
+}
+
+// Validate reports what is wrong with o (after defaults).
+func (o Options) Validate() error {
+	o = o.withDefaults()
+	if o.MaxMessages < 1 || o.MaxMessages > maxMaxMessages {
+		return fmt.Errorf("source options: max messages %d is not in [1, %d]", o.MaxMessages, maxMaxMessages)
+	}
+	if o.BundleTime < 0 || o.BundleTime > maxBundleTime {
+		return fmt.Errorf("source options: bundle time %s is not in [0, %s]", o.BundleTime, maxBundleTime)
+	}
+	return nil
+}
+
+func (o Options) dataflow() bool { return strings.EqualFold(o.Runner, RunnerDataflow) }
+
+// Read adds the source spec describes. beacons is a PCollection<[]byte>, one
+// binary beacon per element, timestamped with its event time (as the package
+// doc says per source); deadLetters is a PCollection<schemas.DeadLetter> of
+// input the source could not parse (only the file source has any). Both are
+// in the global window. They are bounded for file, unbounded otherwise.
+//
+// Read panics on an invalid spec or options (check them first with
+// Spec.Validate and Options.Validate for an error instead): a bad
+// configuration fails at construction, never on a worker.
+func Read(s beam.Scope, spec Spec, opts Options) (beacons, deadLetters beam.PCollection) {
+	s = s.Scope("source.Read")
+	spec = spec.withDefaults()
+	if err := spec.Validate(); err != nil {
+		panic(fmt.Sprintf("source.Read: %v", err))
+	}
+	if err := opts.Validate(); err != nil {
+		panic(fmt.Sprintf("source.Read: %v", err))
+	}
+	opts = opts.withDefaults()
+	switch spec.Kind {
+	case KindFile:
+		imp := beam.Impulse(s)
+		return beam.ParDo2(s, &fileFn{Path: spec.File.Path, Beacon: spec.File.Beacon}, imp)
+	case KindSynthetic:
+		imp := beam.Impulse(s)
+		beacons = beam.ParDo(s, &syntheticFn{Spec: spec.Synthetic, BundleTime: opts.BundleTime}, imp)
+		return beacons, emptyDeadLetters(s)
+	case KindPubsub:
+		p := spec.Pubsub
+		if opts.dataflow() {
+			if p.IdleStop > 0 {
+				panic("source.Read: pubsub: idle_stop is not supported by Dataflow's native Pub/Sub read (drain the job instead)")
+			}
+			return dataflowRead(s, p.Subscription), emptyDeadLetters(s)
+		}
+		imp := beam.Impulse(s)
+		beacons = beam.ParDo(s, &pullFn{
+			Subscription: p.Subscription,
+			Endpoint:     opts.PubsubEndpoint,
+			MaxMessages:  int32(opts.MaxMessages),
+			BundleTime:   opts.BundleTime,
+			IdleStop:     p.IdleStop,
+			Slack:        p.Slack,
+			Readers:      p.Readers,
+		}, imp)
+		return beacons, emptyDeadLetters(s)
+	}
+	panic(fmt.Sprintf("source.Read: unknown kind %q", spec.Kind)) // Validate rejects it
+}
+
+// pubsubReadURN is Dataflow's native Pub/Sub read.
+const pubsubReadURN = "beam:transform:pubsub_read:v1"
+
+// dataflowRead is Beam's io/pubsubio.Read(s, project, ReadOptions{
+// Subscription, TimestampAttribute: "ts"}): the same external transform,
+// which only Dataflow implements, giving a PCollection<[]byte> of payloads
+// stamped from the "ts" attribute (Unix ms) or the publish time. pubsubio
+// itself cannot be imported here: it imports
+// google.golang.org/genproto/googleapis/pubsub/v1, which the genproto this
+// module pins no longer has (apache/beam#40018).
+func dataflowRead(s beam.Scope, subscription string) beam.PCollection {
+	s = s.Scope("pubsubio.Read")
+	payload := &pipepb.PubSubReadPayload{
+		Subscription:       subscription,
+		TimestampAttribute: TSAttribute,
+	}
+	out := beam.External(s, pubsubReadURN, protox.MustEncode(payload), nil,
+		[]beam.FullType{typex.New(reflectx.ByteSlice)}, false)
+	return out[0]
+}
+
+// emptyDeadLetters is a typed empty PCollection<schemas.DeadLetter>, for the
+// sources that never produce one.
+func emptyDeadLetters(s beam.Scope) beam.PCollection {
+	return beam.ParDo(s.Scope("noDeadLetters"), noDeadLetters, beam.Impulse(s))
+}
+
+func noDeadLetters(_ []byte, _ func(schemas.DeadLetter)) {}

@@ -1,0 +1,317 @@
+package source
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"time"
+	"unsafe"
+
+	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/mtime"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/sdf"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
+	"github.com/topk-dev/topk/internal/zipf"
+	"github.com/topk-dev/topk/schemas"
+)
+
+func init() {
+	register.DoFn5x2[context.Context, *sdf.WallTimeWatermarkEstimator, *streamTracker, []byte,
+		func(beam.EventTime, []byte), sdf.ProcessContinuation, error](&syntheticFn{})
+}
+
+var syntheticEvents = beam.NewCounter("topk.source", "synthetic_events")
+
+// countryCodes are the countries the generator draws from, largest first;
+// countries=N uses the first N with P(i) proportional to 1/i.
+var countryCodes = []string{
+	"IN", "US", "BR", "ID", "MX", "JP", "PH", "DE", "GB", "FR",
+	"TR", "VN", "EG", "NG", "IT", "ES", "KR", "CA", "PK", "AR",
+}
+
+// regionsPerCountry is the number of regions "CC-R1".."CC-Rn" per country.
+const regionsPerCountry = 4
+
+// syntheticFn generates the synthetic stream: an unbounded splittable DoFn
+// over an Impulse whose restriction counts beacons. Pacing, end and seeding
+// are described on Generator; the output watermark is the wall clock.
+type syntheticFn struct {
+	Spec       SyntheticSpec
+	BundleTime time.Duration
+
+	gen *Generator
+}
+
+func (fn *syntheticFn) Setup() error {
+	g, err := NewGenerator(fn.Spec)
+	if err != nil {
+		return err
+	}
+	fn.gen = g
+	return nil
+}
+
+func (fn *syntheticFn) CreateInitialRestriction(_ []byte) streamRestriction {
+	end := int64(unbounded)
+	if n := fn.Spec.total(); n >= 0 {
+		end = (n + int64(fn.Spec.Beacon) - 1) / int64(fn.Spec.Beacon)
+	}
+	return streamRestriction{End: end}
+}
+
+func (fn *syntheticFn) SplitRestriction(_ []byte, r streamRestriction) []streamRestriction {
+	return []streamRestriction{r}
+}
+
+func (fn *syntheticFn) RestrictionSize(_ []byte, r streamRestriction) float64 {
+	if r.End == unbounded {
+		return 1
+	}
+	return float64(r.End - r.Next)
+}
+
+func (fn *syntheticFn) CreateTracker(r streamRestriction) *streamTracker { return newStreamTracker(r) }
+
+// TruncateRestriction (drain) ends the stream where it is.
+func (fn *syntheticFn) TruncateRestriction(rt *streamTracker, _ []byte) streamRestriction {
+	r := rt.GetRestriction().(streamRestriction)
+	r.End = r.Next
+	return r
+}
+
+func (fn *syntheticFn) CreateWatermarkEstimator() *sdf.WallTimeWatermarkEstimator {
+	return &sdf.WallTimeWatermarkEstimator{}
+}
+
+// ProcessElement emits the beacons that are due, sleeping between them, and
+// checkpoints after BundleTime (or before a wait longer than what is left of
+// it) so that output and the watermark move on.
+func (fn *syntheticFn) ProcessElement(ctx context.Context, _ *sdf.WallTimeWatermarkEstimator, rt *streamTracker, _ []byte, emit func(beam.EventTime, []byte)) (sdf.ProcessContinuation, error) {
+	start := time.Now()
+	r := rt.GetRestriction().(streamRestriction)
+	t0 := r.Mark
+	if t0 == 0 {
+		t0 = start.UnixNano()
+		rt.setMark(t0)
+	}
+	g := fn.gen
+	for k := r.Next; ; k++ {
+		now := time.Now()
+		if g.wallLimited() && now.Sub(time.Unix(0, t0)) >= fn.Spec.Duration {
+			return sdf.StopProcessing(), nil
+		}
+		if due := time.Unix(0, t0).Add(g.Due(k)); now.Before(due) {
+			wait := due.Sub(now)
+			if now.Add(wait).Sub(start) >= fn.BundleTime {
+				return sdf.ResumeProcessingIn(wait), nil
+			}
+			select {
+			case <-ctx.Done():
+				return nil, fmt.Errorf("synthetic source: %w", ctx.Err())
+			case <-time.After(wait):
+			}
+			now = time.Now()
+		}
+		if !rt.TryClaim(k) {
+			return sdf.StopProcessing(), nil
+		}
+		data, n, err := g.Beacon(k, now)
+		if err != nil {
+			return nil, fmt.Errorf("synthetic source: %w", err)
+		}
+		// The buffer is reused: downstream may keep zero-copy views of the
+		// element (BeaconReader), so it gets its own exact-size copy.
+		out := make([]byte, len(data))
+		copy(out, data)
+		emit(mtime.FromTime(now), out)
+		syntheticEvents.Inc(ctx, int64(n))
+		if now.Sub(start) >= fn.BundleTime {
+			return sdf.ResumeProcessingIn(0), nil
+		}
+	}
+}
+
+// Generator builds the synthetic stream's beacons; the part of the synthetic
+// source with no Beam in it.
+//
+// The stream is a sequence of beacons k = 0, 1, ... of Beacon events each
+// (the last one possibly shorter): event i (global index k*Beacon + j) has
+// event_id "e<seed>-<i>", item "v_<rank>" with rank drawn from Zipf(s) over
+// [1, items], user "u_<n>" uniform over [0, users), type Types[i mod
+// len(Types)], and with countries > 0 a country drawn from the first
+// `countries` of a fixed list with P proportional to 1/rank and a region
+// "CC-R1".."CC-R4" drawn uniformly. Every draw of beacon k comes from
+// generators seeded by (seed, k), so a beacon's content does not depend on
+// how the stream was split into bundles or workers.
+//
+// Pacing: with rate R > 0, beacon k is due at start + (its last event's
+// index + 1)/R, a fixed schedule from the stream's start. With a duration D
+// the stream holds round(R*D) events exactly, however fast the machine is (if
+// it falls behind it catches up, and the stream ends late); `events` caps it
+// too. With R = 0 it runs as fast as it can, until `events` or, failing that,
+// until D of wall-clock time has passed (then the count is not
+// deterministic).
+//
+// Event time is the wall clock when the beacon is built (the only clock
+// read in this package's logic); Beacon takes it as a parameter.
+type Generator struct {
+	spec   SyntheticSpec
+	total  int64 // events in the stream; -1: unbounded or wall-clock bounded
+	prefix []byte
+	pcg    rand.PCG
+	rng    *rand.Rand
+	cdf    []float64 // cumulative country weights
+	region [][]string
+
+	// Scratch, reused by every Beacon call.
+	arena  []byte
+	beacon schemas.Beacon
+	buf    []byte
+}
+
+// NewGenerator validates spec (after defaults) and returns its generator.
+func NewGenerator(spec SyntheticSpec) (*Generator, error) {
+	sp := Spec{Kind: KindSynthetic, Synthetic: spec}.withDefaults()
+	if err := sp.Validate(); err != nil {
+		return nil, err
+	}
+	spec = sp.Synthetic
+	g := &Generator{spec: spec, total: spec.total()}
+	g.rng = rand.New(&g.pcg)
+	g.prefix = strconv.AppendUint([]byte("e"), spec.Seed, 10)
+	g.prefix = append(g.prefix, '-')
+	if spec.Countries > 0 {
+		sum := 0.0
+		for i := range spec.Countries {
+			sum += 1 / float64(i+1)
+			g.cdf = append(g.cdf, sum)
+			rs := make([]string, regionsPerCountry)
+			for r := range rs {
+				rs[r] = countryCodes[i] + "-R" + strconv.Itoa(r+1)
+			}
+			g.region = append(g.region, rs)
+		}
+		for i := range g.cdf {
+			g.cdf[i] /= sum
+		}
+	}
+	g.beacon.Events = make([]schemas.Event, 0, spec.Beacon)
+	return g, nil
+}
+
+// Total is the number of events in the stream, or -1 when it is unbounded or
+// bounded only by wall-clock time.
+func (g *Generator) Total() int64 { return g.total }
+
+// Beacons is the number of beacons in the stream, or -1 (as Total).
+func (g *Generator) Beacons() int64 {
+	if g.total < 0 {
+		return -1
+	}
+	b := int64(g.spec.Beacon)
+	return (g.total + b - 1) / b
+}
+
+func (g *Generator) wallLimited() bool { return g.total < 0 && g.spec.Duration > 0 }
+
+// Due is when beacon k is due, from the stream's start; 0 when unpaced.
+func (g *Generator) Due(k int64) time.Duration {
+	if g.spec.Rate <= 0 {
+		return 0
+	}
+	last := (k + 1) * int64(g.spec.Beacon)
+	if g.total >= 0 && last > g.total {
+		last = g.total
+	}
+	return time.Duration(math.Round(float64(last) / g.spec.Rate * 1e9))
+}
+
+// mix derives a per-beacon seed (splitmix64 finalizer).
+func mix(seed uint64, k int64, salt uint64) uint64 {
+	z := seed ^ (uint64(k)+salt)*0x9e3779b97f4a7c15
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
+
+// Beacon returns beacon k in the binary format with event time now, and its
+// number of events. The bytes are valid until the next call.
+//
+// hot path: once per event in the loop.
+func (g *Generator) Beacon(k int64, now time.Time) ([]byte, int, error) {
+	sp := &g.spec
+	first := k * int64(sp.Beacon)
+	n := int64(sp.Beacon)
+	if g.total >= 0 && first+n > g.total {
+		n = g.total - first
+	}
+	if n <= 0 {
+		return nil, 0, fmt.Errorf("beacon %d is past the end of the stream (%d events)", k, g.total)
+	}
+	z := zipf.New(mix(sp.Seed, k, 1), sp.Zipf, sp.Items)
+	g.pcg.Seed(mix(sp.Seed, k, 2), mix(sp.Seed, k, 3))
+	ts := time.UnixMilli(now.UnixMilli()).UTC()
+
+	// Strings live in one arena and are viewed without copying: AppendBeacon
+	// copies them out before the arena is reused. Sized first so it never
+	// moves while views exist.
+	need := int(n)*(len(g.prefix)+20+2+20+2+20) + 64
+	if cap(g.arena) < need {
+		g.arena = make([]byte, 0, need)
+	}
+	a := g.arena[:0]
+
+	b := &g.beacon
+	b.Events = b.Events[:n]
+	idStart := len(a)
+	a = append(a, 's')
+	a = strconv.AppendUint(a, sp.Seed, 10)
+	a = append(a, '-')
+	a = strconv.AppendInt(a, k, 10)
+	b.BeaconID = view(a, idStart)
+	types := sp.Types
+	for j := range b.Events {
+		e := &b.Events[j]
+		i := first + int64(j)
+		p := len(a)
+		a = append(a, g.prefix...)
+		a = strconv.AppendInt(a, i, 10)
+		e.EventID = view(a, p)
+		p = len(a)
+		a = append(a, 'v', '_')
+		a = strconv.AppendUint(a, z.Next(), 10)
+		e.Item = view(a, p)
+		p = len(a)
+		a = append(a, 'u', '_')
+		a = strconv.AppendUint(a, g.rng.Uint64N(sp.Users), 10)
+		e.User = view(a, p)
+		e.Type = types[i%int64(len(types))]
+		e.TS = ts
+		e.Country, e.Region = "", ""
+		if g.cdf != nil {
+			c := g.country(g.rng.Float64())
+			e.Country = countryCodes[c]
+			e.Region = g.region[c][g.rng.IntN(regionsPerCountry)]
+		}
+	}
+	var err error
+	g.buf, err = schemas.AppendBeacon(g.buf[:0], b)
+	if err != nil {
+		return nil, 0, fmt.Errorf("beacon %d: %w", k, err)
+	}
+	return g.buf, int(n), nil
+}
+
+// view is a[from:] as a string without a copy.
+func view(a []byte, from int) string { return unsafe.String(&a[from], len(a)-from) }
+
+func (g *Generator) country(u float64) int {
+	for i, c := range g.cdf {
+		if u < c {
+			return i
+		}
+	}
+	return len(g.cdf) - 1
+}
