@@ -82,6 +82,13 @@ func (o *LagObserver) Stop() (p50, p99 float64) {
 	return Percentile(o.lags, 0.50), Percentile(o.lags, 0.99)
 }
 
+// Snapshot returns the percentiles so far without stopping.
+func (o *LagObserver) Snapshot() (p50, p99 float64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return Percentile(o.lags, 0.50), Percentile(o.lags, 0.99)
+}
+
 // Count is the number of lag samples so far.
 func (o *LagObserver) Count() int {
 	o.mu.Lock()

@@ -1,0 +1,256 @@
+// Command local runs the whole of topk on one machine with embedded
+// defaults: an in-process Pub/Sub (or the emulator at PUBSUB_EMULATOR_HOST),
+// an embedded Redis (or REDIS_ADDR), a synthetic Zipf load published as
+// beacons to the "views" topic, the streaming fast path on Prism reading its
+// own subscription, and the API and trending page on :8080.
+//
+//	go run ./runners/local                      # until Ctrl-C
+//	go run ./runners/local --rate=50000 --duration=3m
+//
+// It prints a progress line every few seconds (events/s published, lists
+// published, 1m-list lag as a reader sees it). Ctrl-C stops the load; the
+// Pub/Sub source then ends after it has been idle for --idle_stop, so
+// windows and timers flush and Prism exits cleanly (cancelling Prism's
+// context would panic the process).
+//
+// Not here yet: the archive and the hourly exact recount (24h and all-time
+// lists); see the README.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+
+	"github.com/topk-dev/topk/internal/pubsubx"
+	"github.com/topk-dev/topk/internal/redisx"
+	"github.com/topk-dev/topk/internal/zipf"
+	"github.com/topk-dev/topk/pipelines/fastpath"
+	"github.com/topk-dev/topk/schemas"
+	"github.com/topk-dev/topk/serving/api"
+	"github.com/topk-dev/topk/transforms/publish/liststore"
+	"github.com/topk-dev/topk/transforms/source"
+)
+
+// Config is the local run.
+type Config struct {
+	Addr       string        // API listen address
+	Rate       int           // synthetic events per second
+	Items      uint64        // Zipf universe
+	Zipf       float64       // Zipf exponent
+	Beacon     int           // events per beacon
+	Duration   time.Duration // 0: until the context ends
+	IdleStop   time.Duration // source ends after this long without messages
+	Progress   time.Duration
+	Project    string
+	Partitions int
+	AdminToken string
+}
+
+func main() {
+	var cfg Config
+	flag.StringVar(&cfg.Addr, "addr", ":8080", "API listen address")
+	flag.IntVar(&cfg.Rate, "rate", 5000, "synthetic events per second")
+	flag.Uint64Var(&cfg.Items, "items", 1_000_000, "synthetic item universe")
+	flag.Float64Var(&cfg.Zipf, "zipf", 1.1, "Zipf exponent of the synthetic load")
+	flag.IntVar(&cfg.Beacon, "beacon", 100, "events per beacon")
+	flag.DurationVar(&cfg.Duration, "duration", 0, "stop after this long (0: at Ctrl-C)")
+	flag.DurationVar(&cfg.IdleStop, "idle_stop", 5*time.Second, "the Pub/Sub source ends after this long without messages")
+	flag.DurationVar(&cfg.Progress, "progress", 5*time.Second, "progress line period")
+	flag.StringVar(&cfg.Project, "pubsub_project", "topk-local", "Pub/Sub project")
+	flag.IntVar(&cfg.Partitions, "partitions", 16, "counter partitions")
+	flag.StringVar(&cfg.AdminToken, "admin_token", os.Getenv("TOPK_ADMIN_TOKEN"), "bearer token for /v1/admin (default $TOPK_ADMIN_TOKEN)")
+	flag.Parse()
+	beam.Init()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if _, err := Run(ctx, cfg, os.Stdout); err != nil {
+		slog.Error("local", "err", err)
+		os.Exit(1)
+	}
+}
+
+// Stats is what a local run did.
+type Stats struct {
+	Published int64 // events published
+	Report    fastpath.Report
+}
+
+// Run runs everything until ctx ends (or Duration passes), then stops the
+// load, waits for the pipeline to drain and returns.
+func Run(ctx context.Context, cfg Config, out *os.File) (Stats, error) {
+	if cfg.Duration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, cfg.Duration)
+		defer cancel()
+	}
+	bg := context.Background() // outlives ctx: the drain needs it
+
+	psAddr := pubsubx.EmulatorAddr()
+	if psAddr == "" {
+		emb := pubsubx.StartEmbedded()
+		defer emb.Close()
+		psAddr = emb.Addr
+	}
+	ps, err := pubsubx.NewClient(bg, cfg.Project, psAddr)
+	if err != nil {
+		return Stats{}, err
+	}
+	defer ps.Close()
+	if err := pubsubx.EnsureTopic(bg, ps, "views"); err != nil {
+		return Stats{}, err
+	}
+	if err := pubsubx.EnsureSubscription(bg, ps, "fastpath", "views", 60); err != nil {
+		return Stats{}, err
+	}
+
+	rconn, err := redisx.Connect(bg, "")
+	if err != nil {
+		return Stats{}, err
+	}
+	defer rconn.Close()
+	store := liststore.New(rconn.Client, liststore.Options{})
+
+	srv, err := api.New(api.Config{Addr: cfg.Addr, Redis: rconn.Client, PubSub: ps, AdminToken: cfg.AdminToken, Types: []string{"video"}})
+	if err != nil {
+		return Stats{}, err
+	}
+	defer srv.Close()
+	apiDone := make(chan error, 1)
+	go func() { apiDone <- srv.Run(ctx) }()
+
+	pcfg := fastpath.DefaultConfig()
+	spec, err := source.ParseSpec("pubsub:" + pubsubx.SubscriptionName(cfg.Project, "fastpath") + "?idle_stop=" + cfg.IdleStop.String())
+	if err != nil {
+		return Stats{}, err
+	}
+	pcfg.Source = spec
+	pcfg.SourceOpts = source.Options{PubsubEndpoint: psAddr}
+	pcfg.Preagg.Partitions = cfg.Partitions
+	pcfg.Publish.RedisAddr = rconn.Addr
+
+	lag, err := fastpath.ObserveLag(bg, store)
+	if err != nil {
+		return Stats{}, err
+	}
+	type result struct {
+		rep fastpath.Report
+		err error
+	}
+	pipeDone := make(chan result, 1)
+	go func() {
+		rep, err := fastpath.Run(bg, pcfg, fastpath.BeamRunner, nil)
+		pipeDone <- result{rep, err}
+	}()
+
+	var published atomic.Int64
+	loadDone := make(chan error, 1)
+	go func() { loadDone <- publishLoad(ctx, ps.Publisher("views"), cfg, &published) }()
+
+	fmt.Fprintf(out, "topk local: API on %s, Pub/Sub %s, Redis %s, load %d events/s (Zipf %.1f over %d items)\n",
+		cfg.Addr, psAddr, rconn.Addr, cfg.Rate, cfg.Zipf, cfg.Items)
+	tick := time.NewTicker(cfg.Progress)
+	defer tick.Stop()
+	last, lastAt := int64(0), time.Now()
+	var loadErr error
+loop:
+	for {
+		select {
+		case <-tick.C:
+			n, now := published.Load(), time.Now()
+			p50, p99 := lag.Snapshot()
+			fmt.Fprintf(out, "events/s %8.0f  published %10d  1m lists %6d  lag p50 %5.1fs p99 %5.1fs\n",
+				float64(n-last)/now.Sub(lastAt).Seconds(), n, lag.Count(), p50/1000, p99/1000)
+			last, lastAt = n, now
+		case loadErr = <-loadDone:
+			break loop
+		case r := <-pipeDone:
+			return Stats{Published: published.Load(), Report: r.rep}, fmt.Errorf("pipeline ended early: %w", r.err)
+		}
+	}
+	fmt.Fprintf(out, "stopping: load stopped, waiting for the pipeline to drain (idle %v)\n", cfg.IdleStop)
+	var r result
+	select {
+	case r = <-pipeDone:
+	case <-time.After(cfg.IdleStop + 2*time.Minute):
+		return Stats{}, errors.New("pipeline did not drain within 2 minutes of the idle stop")
+	}
+	p50, p99 := lag.Stop()
+	r.rep.LagP50Ms, r.rep.LagP99Ms = p50, p99
+	<-apiDone
+	st := Stats{Published: published.Load(), Report: r.rep}
+	fmt.Fprintf(out, "done: published %d events; pipeline counted %d, %d lists, 1m lag p50 %.1fs p99 %.1fs\n",
+		st.Published, r.rep.Events, r.rep.Lists, p50/1000, p99/1000)
+	if r.err != nil {
+		return st, r.err
+	}
+	if loadErr != nil && !errors.Is(loadErr, context.Canceled) && !errors.Is(loadErr, context.DeadlineExceeded) {
+		return st, loadErr
+	}
+	return st, nil
+}
+
+// publishLoad publishes Zipf beacons at cfg.Rate events/s, event time = now,
+// until ctx ends, and waits for every publish to be acknowledged.
+func publishLoad(ctx context.Context, pub *pubsub.Publisher, cfg Config, n *atomic.Int64) error {
+	defer pub.Stop()
+	z := zipf.New(1, cfg.Zipf, cfg.Items)
+	beacons := max(1, cfg.Rate/cfg.Beacon)
+	period := time.Second / time.Duration(beacons)
+	next := time.Now()
+	var b schemas.Beacon
+	var results []*pubsub.PublishResult
+	seq := 0
+	for ctx.Err() == nil {
+		now := time.Now()
+		if now.Before(next) {
+			select {
+			case <-ctx.Done():
+			case <-time.After(next.Sub(now)):
+			}
+			continue
+		}
+		next = next.Add(period)
+		b.BeaconID = "local-" + strconv.Itoa(seq)
+		b.Events = b.Events[:0]
+		for i := 0; i < cfg.Beacon; i++ {
+			seq++
+			b.Events = append(b.Events, schemas.Event{
+				EventID: "e" + strconv.Itoa(seq), Type: "video",
+				Item: "v_" + strconv.FormatUint(z.Next(), 10), TS: now,
+			})
+		}
+		data, err := schemas.MarshalBeacon(&b)
+		if err != nil {
+			return err
+		}
+		results = append(results, pub.Publish(ctx, &pubsub.Message{Data: data,
+			Attributes: map[string]string{"ts": strconv.FormatInt(now.UnixMilli(), 10), "beacon_id": b.BeaconID}}))
+		n.Add(int64(cfg.Beacon))
+		if len(results) >= 256 {
+			for _, r := range results {
+				if _, err := r.Get(context.Background()); err != nil {
+					return fmt.Errorf("publish: %w", err)
+				}
+			}
+			results = results[:0]
+		}
+	}
+	for _, r := range results {
+		if _, err := r.Get(context.Background()); err != nil {
+			return fmt.Errorf("publish: %w", err)
+		}
+	}
+	return ctx.Err()
+}
