@@ -64,6 +64,11 @@ func ObserveLag(ctx context.Context, st *liststore.Store) (*LagObserver, error) 
 			if err != nil {
 				continue
 			}
+			if l.AsOf.After(at) {
+				// Flushed before its window ended: the end of a finite input
+				// moves the watermark to infinity. Not a steady-state lag.
+				continue
+			}
 			o.mu.Lock()
 			o.lags = append(o.lags, float64(at.Sub(l.AsOf).Milliseconds()))
 			o.mu.Unlock()
