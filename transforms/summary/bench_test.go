@@ -1,0 +1,197 @@
+package summary
+
+import (
+	"fmt"
+	"strconv"
+	"testing"
+
+	"github.com/topk-dev/topk/internal/zipf"
+)
+
+// Benchmarks of the counting core's operations, on Zipf keys drawn with a
+// fixed seed and built before the timer starts. BENCHMARKS.md ("Counting
+// core") has the command and the numbers; peer_test.go compares the whole
+// counting path with apache/datasketches-go.
+
+// benchSkews are the exponents the accuracy tests use: flat, typical, steep.
+var benchSkews = []float64{0.8, 1.1, 1.4}
+
+const (
+	benchUniverse = 1_000_000 // distinct items the Zipf draws range over
+	bundleEvents  = 50_000    // events per bundle in the counting benchmarks
+	minuteEvents  = 100_000   // events per minute summary in the merge benchmarks
+)
+
+// zipfKeys returns n item ids "i<rank>" drawn from Zipf(s) over universe
+// ranks, the names streams.ZipfStream gives. Each id is its own string, as
+// if decoded from a message, so popular keys are not shared in memory.
+func zipfKeys(seed uint64, s float64, universe uint64, n int) []string {
+	z := zipf.New(seed, s, universe)
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = "i" + strconv.FormatUint(z.Next(), 10)
+	}
+	return keys
+}
+
+// reportEvents reports events/s for a benchmark that handled perOp events
+// in each of its b.N iterations.
+func reportEvents(b *testing.B, perOp int) {
+	b.ReportMetric(float64(b.N)*float64(perOp)/b.Elapsed().Seconds(), "events/s")
+}
+
+// countedSummary counts keys in a fresh counter and returns its summary.
+func countedSummary(cfg Config, keys []string) *Summary {
+	c := NewCounter(len(keys) + 1)
+	for _, k := range keys {
+		c.Add(k, Hash(k), 1)
+	}
+	return c.Summary(cfg)
+}
+
+// minuteSummaries returns n encoded summaries of DefaultConfig, each of
+// minuteEvents Zipf(1.1) events with its own seed: the minutes of a sliding
+// hour.
+func minuteSummaries(b *testing.B, n int) [][]byte {
+	out := make([][]byte, n)
+	for m := range out {
+		sm := countedSummary(DefaultConfig(), zipfKeys(uint64(1000+m), 1.1, benchUniverse, minuteEvents))
+		enc, err := sm.MarshalBinary()
+		if err != nil {
+			b.Fatal(err)
+		}
+		out[m] = enc
+	}
+	return out
+}
+
+// BenchmarkCount is one bundle of the fast path: every event's key hashed
+// once with Hash and counted in a reused Counter ("add"), and then the
+// bundle's Summary built ("add+summary"). One op is a bundle of
+// bundleEvents events; events/s is per core (one goroutine).
+func BenchmarkCount(b *testing.B) {
+	for _, s := range benchSkews {
+		keys := zipfKeys(1, s, benchUniverse, bundleEvents)
+		for _, withSummary := range []bool{false, true} {
+			name := "add"
+			if withSummary {
+				name = "add+summary"
+			}
+			b.Run(fmt.Sprintf("%s/s=%v", name, s), func(b *testing.B) {
+				cfg := DefaultConfig()
+				c := NewCounter(DefaultMaxDistinct)
+				for _, k := range keys { // warm the counter's buffers
+					c.Add(k, Hash(k), 1)
+				}
+				b.ReportAllocs()
+				for b.Loop() {
+					c.Reset()
+					for _, k := range keys {
+						c.Add(k, Hash(k), 1)
+					}
+					if withSummary {
+						_ = c.Summary(cfg)
+					}
+				}
+				reportEvents(b, len(keys))
+			})
+		}
+	}
+}
+
+// BenchmarkMergeEvents merges the summaries of two disjoint event sets (two
+// minutes of Zipf(1.1) events, both with N = 4,096 entries).
+func BenchmarkMergeEvents(b *testing.B) {
+	cfg := DefaultConfig()
+	x := countedSummary(cfg, zipfKeys(11, 1.1, benchUniverse, minuteEvents))
+	y := countedSummary(cfg, zipfKeys(12, 1.1, benchUniverse, minuteEvents))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := MergeEvents(x, y); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkMergerSlidingHour is the sliding hour's merge: 60 encoded minute
+// summaries decoded and merged by one Merger. One op is the whole 60-way
+// merge; summaries/s counts the minutes merged.
+func BenchmarkMergerSlidingHour(b *testing.B) {
+	encs := minuteSummaries(b, 60)
+	b.ReportAllocs()
+	for b.Loop() {
+		var m Merger
+		for _, enc := range encs {
+			if err := m.AddEncoded(enc); err != nil {
+				b.Fatal(err)
+			}
+		}
+		_ = m.Result()
+	}
+	b.ReportMetric(float64(b.N)*float64(len(encs))/b.Elapsed().Seconds(), "summaries/s")
+}
+
+// BenchmarkAnswer ranks the sliding hour's merged summary and reads the top
+// 1,000 plus a margin of 100.
+func BenchmarkAnswer(b *testing.B) {
+	var m Merger
+	for _, enc := range minuteSummaries(b, 60) {
+		if err := m.AddEncoded(enc); err != nil {
+			b.Fatal(err)
+		}
+	}
+	sm := m.Result()
+	b.ReportAllocs()
+	for b.Loop() {
+		if ans := sm.Answer(1100); len(ans.Entries) != 1100 {
+			b.Fatalf("answer has %d entries, want 1100", len(ans.Entries))
+		}
+	}
+}
+
+// BenchmarkMarshalBinary encodes a full minute summary (N = 4,096, no
+// sketch); MB/s is of encoded bytes.
+func BenchmarkMarshalBinary(b *testing.B) {
+	sm := countedSummary(DefaultConfig(), zipfKeys(21, 1.1, benchUniverse, minuteEvents))
+	enc, err := sm.MarshalBinary()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(enc)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := sm.MarshalBinary(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkUnmarshal decodes a full minute summary: "new" into a fresh
+// Summary (Unmarshal), "reuse" into one scratch Summary (UnmarshalBinary,
+// as Merger does).
+func BenchmarkUnmarshal(b *testing.B) {
+	sm := countedSummary(DefaultConfig(), zipfKeys(21, 1.1, benchUniverse, minuteEvents))
+	enc, err := sm.MarshalBinary()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("new", func(b *testing.B) {
+		b.SetBytes(int64(len(enc)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := Unmarshal(enc); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("reuse", func(b *testing.B) {
+		var scratch Summary
+		b.SetBytes(int64(len(enc)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := scratch.UnmarshalBinary(enc); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
