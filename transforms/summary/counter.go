@@ -1,9 +1,6 @@
 package summary
 
-import (
-	"slices"
-	"unsafe"
-)
+import "unsafe"
 
 // Counter counts exactly: a hash map from item to count for one bundle of
 // one (list, partition, bucket), with a hard cap on distinct items. It is
@@ -151,8 +148,9 @@ func (c *Counter) Summary(cfg Config) *Summary {
 		}
 	}
 	if len(idx) > cfg.N {
-		// Order by count descending, then by hash for determinism.
-		slices.SortFunc(idx, func(a, b int32) int {
+		// Keep the N largest counts (ties broken by hash, so the choice is
+		// deterministic); Theta is the largest count left out.
+		byCount := func(a, b int32) int {
 			sa, sb := &c.slots[a], &c.slots[b]
 			if sa.count != sb.count {
 				if sa.count > sb.count {
@@ -161,8 +159,11 @@ func (c *Counter) Summary(cfg Config) *Summary {
 				return 1
 			}
 			return cmpHash(sa.hash, sb.hash)
-		})
-		sm.Theta = c.slots[idx[cfg.N]].count
+		}
+		selectTop(idx, cfg.N, byCount)
+		for _, i := range idx[cfg.N:] {
+			sm.Theta = max(sm.Theta, c.slots[i].count)
+		}
 		idx = idx[:cfg.N]
 	}
 	sm.Entries = make([]Entry, len(idx))

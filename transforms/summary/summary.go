@@ -334,9 +334,12 @@ func (sm *Summary) truncate(n int) {
 	if len(sm.Entries) <= n {
 		return
 	}
-	slices.SortFunc(sm.Entries, cmpRank)
-	sm.Theta = max(sm.Theta, sm.Entries[n].Hi)
-	sm.Entries = sm.Entries[:n:n]
+	selectTop(sm.Entries, n, cmpRank)
+	for _, e := range sm.Entries[n:] {
+		sm.Theta = max(sm.Theta, e.Hi)
+	}
+	// Keep the capacity: the Merger reuses it as scratch for the next merge.
+	sm.Entries = sm.Entries[:n]
 	sm.sortByKey()
 }
 
