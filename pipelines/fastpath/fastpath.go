@@ -57,6 +57,11 @@ func (c Config) Validate() error {
 	if err := c.Source.Validate(); err != nil {
 		return fmt.Errorf("source: %w", err)
 	}
+	return c.validateAfterSource()
+}
+
+// validateAfterSource is Validate without the source (what BuildFrom needs).
+func (c Config) validateAfterSource() error {
 	if err := c.Preagg.Validate(); err != nil {
 		return fmt.Errorf("preagg: %w", err)
 	}
@@ -77,13 +82,28 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Build adds the fast path to s.
+// Build adds the fast path to s: the source cfg.Source, then BuildFrom.
 func Build(s beam.Scope, cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
 	s = s.Scope("fastpath")
 	beacons, srcDead := source.Read(s, cfg.Source, cfg.SourceOpts)
+	return buildFrom(s, beacons, srcDead, cfg)
+}
+
+// BuildFrom adds everything after the source to s: beacons is a
+// PCollection<[]byte> of binary beacons timestamped on the source's clock,
+// sourceDead a PCollection<schemas.DeadLetter> (both in the global window).
+// cfg.Source is not used nor validated. Tests feed a TestStream through it.
+func BuildFrom(s beam.Scope, beacons, sourceDead beam.PCollection, cfg Config) error {
+	if err := cfg.validateAfterSource(); err != nil {
+		return err
+	}
+	return buildFrom(s.Scope("fastpath"), beacons, sourceDead, cfg)
+}
+
+func buildFrom(s beam.Scope, beacons, srcDead beam.PCollection, cfg Config) error {
 	partials, decodeDead := preagg.Apply(s, beacons, cfg.Preagg)
 	publish.DeadLetters(s, beam.Flatten(s, srcDead, decodeDead), cfg.DeadLetterDir)
 
