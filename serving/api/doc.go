@@ -16,7 +16,13 @@
 // else Google Cloud), loads every list once, subscribes to pointer moves and
 // starts polling; Handler returns the http.Handler for tests; Serve takes a
 // listener; Close stops the background work and closes what New opened
-// (never a client passed in Config). Run(ctx, cfg) does all of it.
+// (never a client passed in Config). Run(ctx, cfg) does all of it. Store
+// returns the liststore.Store the server reads, for a caller that publishes
+// through the same Redis. New fails when Redis is unreachable at startup;
+// after that, reads never depend on Redis. The embedded Pub/Sub fake keeps
+// every accepted beacon in memory (it is a sink for trying the API alone):
+// a local all-in-one run passes its own fake's address in PubSubAddr so that
+// the pipeline reads what the API accepts.
 //
 // # Endpoints
 //

@@ -38,7 +38,7 @@ const testToken = "s3cret-token"
 // testRedis returns a client on REDIS_ADDR (real Redis, as in CI) or on a
 // fresh miniredis, and a key prefix unique to the test whose keys are
 // deleted at the end (never a FLUSH).
-func testRedis(t *testing.T) (*redis.Client, *miniredis.Miniredis, string) {
+func testRedis(t testing.TB) (*redis.Client, *miniredis.Miniredis, string) {
 	t.Helper()
 	var mr *miniredis.Miniredis
 	addr := os.Getenv("REDIS_ADDR")
@@ -62,7 +62,7 @@ func testRedis(t *testing.T) (*redis.Client, *miniredis.Miniredis, string) {
 	return rc, mr, prefix
 }
 
-func testLogger(t *testing.T) *slog.Logger {
+func testLogger(t testing.TB) *slog.Logger {
 	if testing.Verbose() && os.Getenv("TOPK_TEST_LOGS") != "" {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
@@ -71,7 +71,7 @@ func testLogger(t *testing.T) *slog.Logger {
 
 // newEnv starts a server on a test Redis and an embedded Pub/Sub fake. mod
 // adjusts the config before New.
-func newEnv(t *testing.T, mod func(*Config)) *testEnv {
+func newEnv(t testing.TB, mod func(*Config)) *testEnv {
 	t.Helper()
 	rc, mr, prefix := testRedis(t)
 	e := &testEnv{rc: rc, mr: mr}
@@ -93,7 +93,7 @@ func newEnv(t *testing.T, mod func(*Config)) *testEnv {
 
 // start creates the server (after the test published what it wants loaded at
 // startup).
-func (e *testEnv) start(t *testing.T) *testEnv {
+func (e *testEnv) start(t testing.TB) *testEnv {
 	t.Helper()
 	srv, err := New(e.cfg)
 	if err != nil {
@@ -108,7 +108,7 @@ func (e *testEnv) start(t *testing.T) *testEnv {
 	return e
 }
 
-func (e *testEnv) publish(t *testing.T, l *schemas.List) {
+func (e *testEnv) publish(t testing.TB, l *schemas.List) {
 	t.Helper()
 	moved, err := e.store.Publish(context.Background(), l)
 	if err != nil || !moved {
@@ -117,7 +117,7 @@ func (e *testEnv) publish(t *testing.T, l *schemas.List) {
 }
 
 // get performs a request and returns the response and its whole body.
-func (e *testEnv) do(t *testing.T, method, path string, hdr map[string]string, body string) (*http.Response, []byte) {
+func (e *testEnv) do(t testing.TB, method, path string, hdr map[string]string, body string) (*http.Response, []byte) {
 	t.Helper()
 	var rd io.Reader
 	if body != "" {
@@ -175,7 +175,7 @@ func topPath(k schemas.ListKey, n int) string {
 }
 
 // eventually polls cond until it holds or d passes.
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {
