@@ -42,8 +42,13 @@ const (
 	idleResume = 200 * time.Millisecond
 	// errorResume is the wait after a failed Pull.
 	errorResume = time.Second
-	// minPullWait is the shortest deadline a Pull gets.
-	minPullWait = 500 * time.Millisecond
+	// maxPendingAcks bounds the ack ids one residual carries (~200 bytes
+	// each on Google Cloud).
+	maxPendingAcks = 20_000
+	// minPullWait is the shortest deadline of a long-polling Pull.
+	minPullWait = time.Second
+	// pullTimeout bounds a return-immediately Pull.
+	pullTimeout = 30 * time.Second
 )
 
 var (
@@ -151,9 +156,10 @@ func (fn *pullFn) WatermarkEstimatorState(e *pullEstimator) int64 {
 }
 
 // ProcessElement acks what the previous bundle emitted, then pulls and emits
-// until BundleTime has passed (checkpoint now, so that output and the
-// watermark move on), a Pull comes back empty (checkpoint and resume after
-// idleResume), or, with IdleStop, nothing has arrived for that long (stop).
+// until BundleTime has passed or maxPendingAcks messages were emitted
+// (checkpoint now, so that output and the watermark move on), a Pull comes
+// back empty (checkpoint and resume after idleResume), or, with IdleStop,
+// nothing has arrived for that long (stop).
 func (fn *pullFn) ProcessElement(ctx context.Context, we *pullEstimator, rt *streamTracker, _ []byte, emit func(beam.EventTime, []byte)) (sdf.ProcessContinuation, error) {
 	// The runner runs a residual only once the bundle that returned it has
 	// committed: the messages it carries ack ids for are safely downstream.
@@ -216,30 +222,36 @@ func (fn *pullFn) ProcessElement(ctx context.Context, we *pullEstimator, rt *str
 		pubsubMessages.Inc(ctx, int64(len(msgs)))
 		rt.setMark(now.UnixNano())
 		last = now.UnixNano()
-		if now.Sub(start) >= fn.BundleTime {
+		// Checkpoint after BundleTime, or earlier when the ack ids the
+		// residual must carry grow large (many small messages).
+		if now.Sub(start) >= fn.BundleTime || emitted >= maxPendingAcks {
 			return sdf.ResumeProcessingIn(0), nil
 		}
 	}
 }
 
-// pull makes one Pull call, bounded so that the bundle stays near
-// BundleTime: a long-polling server (the official emulator holds an empty
-// Pull until the client's deadline) must not hold emitted messages unacked
-// past their ack deadline. Against an emulator or fake (Endpoint set) it asks
-// the server to return immediately; Google Cloud discourages that, so there
-// it long-polls up to the deadline, and a deadline that passes is an empty
-// pull, not an error (messages a server hands to a pull cancelled in flight
-// are redelivered after their ack deadline).
+// pull makes one Pull call. Against an emulator or fake (Endpoint set) it
+// asks the server to return at once, even with nothing to return: the
+// official emulator otherwise holds an empty Pull until the client's
+// deadline, and a Pull cut short by a client deadline after the server
+// handed it messages leaves them out until their ack deadline. Google Cloud
+// discourages return-immediately, so there it long-polls, bounded so that a
+// bundle stays near BundleTime (emitted messages wait for the next call to be
+// acked); a deadline that passes is an empty pull, not an error.
 func (fn *pullFn) pull(ctx context.Context, start time.Time) (*pb.PullResponse, error) {
-	wait := max(fn.BundleTime-time.Since(start), minPullWait)
+	immediate := fn.Endpoint != ""
+	wait := pullTimeout
+	if !immediate {
+		wait = max(fn.BundleTime-time.Since(start), minPullWait)
+	}
 	pctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	resp, err := fn.sub.Pull(pctx, &pb.PullRequest{
 		Subscription:      fn.Subscription,
 		MaxMessages:       fn.MaxMessages,
-		ReturnImmediately: fn.Endpoint != "",
+		ReturnImmediately: immediate,
 	})
-	if err != nil && ctx.Err() == nil && pctx.Err() != nil {
+	if err != nil && !immediate && ctx.Err() == nil && pctx.Err() != nil {
 		return &pb.PullResponse{}, nil
 	}
 	return resp, err

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -347,86 +346,4 @@ func TestMessageTime(t *testing.T) {
 			t.Errorf("messageTime(%v) = %d, %v; want %d, %v", tt.attrs, got, ok, tt.want, tt.wantOK)
 		}
 	}
-}
-
-// BenchmarkPubsubRead measures the reader on Prism: b.N messages holding
-// 500-event beacons are published first (not timed), then one pipeline
-// reads them all; the rate is taken between the first and the last message
-// seen downstream, so start-up and the idle stop are not counted. Against
-// pstest, or the official emulator when PUBSUB_EMULATOR_HOST is set. Run with
-// a fixed count: -bench PubsubRead -benchtime 4000x.
-func BenchmarkPubsubRead(b *testing.B) {
-	addr := pubsubx.EmulatorAddr()
-	target := "emulator"
-	if addr == "" {
-		srv := pubsubx.StartEmbedded()
-		defer srv.Close()
-		addr, target = srv.Addr, "pstest"
-	}
-	maxMessages := 1000
-	if v := os.Getenv("TOPK_BENCH_MAX_MESSAGES"); v != "" {
-		maxMessages, _ = strconv.Atoi(v)
-	}
-	c, topic, sub := testSub(b, addr)
-	g := mustGenerator(b, "synthetic:rate=0,items=100000,beacon=500")
-	now := time.Now()
-	var msgs []*pb.PubsubMessage
-	var bytes int
-	for i := 0; i < b.N; i++ {
-		data, _, err := g.Beacon(int64(i), now)
-		if err != nil {
-			b.Fatal(err)
-		}
-		bytes += len(data)
-		msgs = append(msgs, &pb.PubsubMessage{Data: append([]byte(nil), data...),
-			Attributes: map[string]string{TSAttribute: strconv.FormatInt(now.UnixMilli(), 10)}})
-	}
-	publish(b, c, topic, msgs)
-	msgs = nil
-	benchFirst.Store(0)
-	benchLast.Store(0)
-	benchCount.Store(0)
-	benchEvents.Store(0)
-
-	spec, err := ParseSpec(fmt.Sprintf("pubsub:%s?idle_stop=2s", sub))
-	if err != nil {
-		b.Fatal(err)
-	}
-	p, s := beam.NewPipelineWithRoot()
-	beacons, _ := Read(s, spec, Options{PubsubEndpoint: addr, MaxMessages: maxMessages})
-	beam.ParDo0(s, benchSinkFn, beacons)
-	b.ResetTimer()
-	if err := ptest.Run(p); err != nil {
-		b.Fatalf("pipeline: %v", err)
-	}
-	b.StopTimer()
-	if got := benchCount.Load(); got != int64(b.N) {
-		b.Fatalf("received %d messages, want %d", got, b.N)
-	}
-	secs := time.Duration(benchLast.Load() - benchFirst.Load()).Seconds()
-	b.ReportMetric(0, "ns/op")
-	b.ReportMetric(float64(b.N)/secs, "msgs/s")
-	b.ReportMetric(float64(benchEvents.Load())/secs, "events/s")
-	b.ReportMetric(float64(bytes)/float64(b.N), "bytes/msg")
-	b.Logf("%s at %s: %d messages of 500 events, max_messages=%d, %.2f s first to last", target, addr, b.N, maxMessages, secs)
-}
-
-var benchFirst, benchLast, benchCount, benchEvents atomic.Int64
-
-func init() { register.Function1x1(benchSinkFn) }
-
-// benchSinkFn records arrival times in process-wide counters (Prism runs
-// in-process) and reads each beacon's header.
-func benchSinkFn(data []byte) error {
-	var r schemas.BeaconReader
-	if err := r.Reset(data); err != nil {
-		return err
-	}
-	now := time.Now().UnixNano()
-	benchFirst.CompareAndSwap(0, now)
-	for last := benchLast.Load(); now > last && !benchLast.CompareAndSwap(last, now); last = benchLast.Load() {
-	}
-	benchCount.Add(1)
-	benchEvents.Add(int64(r.Len()))
-	return nil
 }

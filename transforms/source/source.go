@@ -67,8 +67,13 @@
 // synthetic:rate=R,duration=D,... — unbounded: a seeded generator (see
 // Generator) of beacons at R events/s for D, Zipf over N items, for
 // benchmarks and the local run. Element timestamp and event time are the wall
-// clock when the beacon is built; the watermark is the wall clock. It is the
-// only source that reads the wall clock for data.
+// clock when the beacon is built; the watermark is the wall clock.
+//
+// Wall clock: the generator is the only source that stamps data with it.
+// The Pub/Sub reader reads it only for processing-time decisions (bundle
+// length, idle_stop, the idle watermark); the file source never does. There
+// is no injectable clock: element timestamps come from the data everywhere
+// else, and tests assert on data, never on timing.
 //
 // Every source registers its DoFns with register.*, so no reflection is used
 // on workers.
