@@ -66,6 +66,8 @@ func (s *Server) handleRemovals(w http.ResponseWriter, r *http.Request) error {
 		if e != nil {
 			return e
 		}
+		s.state.remMu.Lock()
+		defer s.state.remMu.Unlock()
 		rem, err := s.store.AddRemoval(r.Context(), req.Type, req.Item, req.Reason)
 		if errors.Is(err, liststore.ErrBadRemoval) {
 			return errorf(http.StatusBadRequest, "%v", err)
@@ -99,6 +101,8 @@ func (s *Server) handleRemovals(w http.ResponseWriter, r *http.Request) error {
 				return e
 			}
 		}
+		s.state.remMu.Lock()
+		defer s.state.remMu.Unlock()
 		existed, err := s.store.DeleteRemoval(r.Context(), req.Type, req.Item)
 		if errors.Is(err, liststore.ErrBadRemoval) {
 			return errorf(http.StatusBadRequest, "%v", err)
@@ -153,6 +157,7 @@ func readRemoval(r *http.Request, post bool) (removalRequest, *apiError) {
 
 // applyRemoval updates the in-memory deny set at once (the pub/sub event and
 // the poll confirm it later), so that the next response already reflects it.
+// The caller holds state.remMu.
 func (s *Server) applyRemoval(rem liststore.Removal, add bool) {
 	cur := s.state.rem.Load().all
 	next := make([]liststore.Removal, 0, len(cur)+1)

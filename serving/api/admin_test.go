@@ -100,8 +100,8 @@ func TestTakedown(t *testing.T) {
 	}
 	check(e, removed)
 	eventually(t, 2*time.Second, "replica drops the removed items", func() bool {
-		_, b := replica.do(t, "GET", topPath(key("video", "global", schemas.Window1h), 10), nil, "")
-		return !bytes.Contains(b, []byte(`"v_2"`))
+		_, b := replica.do(t, "GET", topPath(key("video", "global", schemas.Window1h), 1000), nil, "")
+		return !bytes.Contains(b, []byte(`"v_2"`)) && !bytes.Contains(b, []byte(`"v_500"`))
 	})
 	check(replica, removed)
 	// Another type's item of the same name stays.

@@ -197,6 +197,12 @@ type state struct {
 	mu      sync.Mutex // serializes writers
 	remGen  uint64
 	redisOK bool
+
+	// remMu makes "change the deny set in Redis, then in memory" (admin)
+	// and "read it from Redis, then install it" (refresh) atomic with
+	// respect to each other, so that a reload that read Redis before a
+	// local takedown cannot install its older set after it.
+	remMu sync.Mutex
 }
 
 // refresher keeps the state in step with Redis: pub/sub first, polling as a
@@ -231,20 +237,15 @@ func (s *Server) refresher(ctx context.Context, moves <-chan schemas.ListKey, re
 	}
 }
 
-// load reads every list and the deny set (startup and rescans).
+// load finds every list (SCAN), then refreshes the ones that are new or
+// moved, and reloads the deny set (startup and rescans).
 func (s *Server) load(ctx context.Context) error {
 	keys, err := s.store.Keys(ctx)
 	if err != nil {
 		s.redisFailed("keys", err)
 		return err
 	}
-	s.redisWorked()
-	for _, k := range keys {
-		if _, err := s.refreshList(ctx, k); err != nil {
-			return err
-		}
-	}
-	return s.reloadRemovals(ctx)
+	return s.refreshMoved(ctx, keys)
 }
 
 // poll compares every held pointer with Redis in one round trip and
@@ -253,24 +254,37 @@ func (s *Server) poll(ctx context.Context, scan bool) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.PollInterval+2*time.Second)
 	defer cancel()
 	if scan {
-		if err := s.load(ctx); err != nil {
-			return
-		}
-	} else {
-		cat := s.state.cat.Load()
-		ptrs, err := s.store.Pointers(ctx, cat.keys)
-		if err != nil {
-			s.redisFailed("poll", err)
-			return
-		}
-		s.redisWorked()
-		for i, k := range cat.keys {
-			if v := cat.lists[k].cur.Load(); v == nil || ptrs[i] > v.list.Version {
-				s.refreshList(ctx, k)
+		s.load(ctx)
+		return
+	}
+	s.refreshMoved(ctx, s.state.cat.Load().keys)
+}
+
+// refreshMoved reads the pointers of keys in one round trip (MGET) and
+// refreshes each list whose pointer is ahead of the version held, then the
+// deny set.
+func (s *Server) refreshMoved(ctx context.Context, keys []schemas.ListKey) error {
+	ptrs, err := s.store.Pointers(ctx, keys)
+	if err != nil {
+		s.redisFailed("poll", err)
+		return err
+	}
+	s.redisWorked()
+	cat := s.state.cat.Load()
+	for i, k := range keys {
+		var held int64
+		if slot := cat.lists[k]; slot != nil {
+			if v := slot.cur.Load(); v != nil {
+				held = v.list.Version
 			}
 		}
-		s.reloadRemovals(ctx)
+		if ptrs[i] > held {
+			if _, err := s.refreshList(ctx, k); err != nil {
+				return err
+			}
+		}
 	}
+	return s.reloadRemovals(ctx)
 }
 
 // refreshList installs the current version of k if it is newer than the one
@@ -327,6 +341,8 @@ func (s *Server) refreshList(ctx context.Context, k schemas.ListKey) (bool, erro
 
 // reloadRemovals replaces the deny set with Redis' when it differs.
 func (s *Server) reloadRemovals(ctx context.Context) error {
+	s.state.remMu.Lock()
+	defer s.state.remMu.Unlock()
 	all, err := s.store.Removals(ctx)
 	if err != nil {
 		s.redisFailed("removals", err)
