@@ -36,6 +36,12 @@ func TestDataflowDryRun(t *testing.T) {
 
 	// idle_stop cannot be honoured by the native read: refused at construction.
 	spec, _ = ParseSpec("pubsub:projects/p/subscriptions/views-fast?idle_stop=1s")
+	if err := Validate(spec, Options{Runner: RunnerDataflow}); err == nil {
+		t.Error("Validate accepts idle_stop on Dataflow")
+	}
+	if err := Validate(spec, Options{Runner: "prism"}); err != nil {
+		t.Errorf("Validate on Prism: %v", err)
+	}
 	defer func() {
 		if recover() == nil {
 			t.Error("Read with idle_stop on Dataflow did not panic")

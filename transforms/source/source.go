@@ -156,25 +156,35 @@ func (o Options) Validate() error {
 
 func (o Options) dataflow() bool { return strings.EqualFold(o.Runner, RunnerDataflow) }
 
+// Validate reports what Read would reject: spec.Validate, opts.Validate, and
+// their combination (idle_stop cannot be honoured by Dataflow's native read).
+func Validate(spec Spec, opts Options) error {
+	if err := spec.Validate(); err != nil {
+		return err
+	}
+	if err := opts.Validate(); err != nil {
+		return err
+	}
+	if spec.Kind == KindPubsub && opts.dataflow() && spec.Pubsub.IdleStop > 0 {
+		return fmt.Errorf("%w: pubsub: idle_stop is not supported by Dataflow's native Pub/Sub read (drain the job instead)", ErrBadSpec)
+	}
+	return nil
+}
+
 // Read adds the source spec describes. beacons is a PCollection<[]byte>, one
 // binary beacon per element, timestamped with its event time (as the package
 // doc says per source); deadLetters is a PCollection<schemas.DeadLetter> of
 // input the source could not parse (only the file source has any). Both are
 // in the global window. They are bounded for file, unbounded otherwise.
 //
-// Read panics on an invalid spec or options (check them first with
-// Spec.Validate and Options.Validate for an error instead): a bad
-// configuration fails at construction, never on a worker.
+// Read panics when Validate(spec, opts) fails (call it first for an error
+// instead): a bad configuration fails at construction, never on a worker.
 func Read(s beam.Scope, spec Spec, opts Options) (beacons, deadLetters beam.PCollection) {
 	s = s.Scope("source.Read")
-	spec = spec.withDefaults()
-	if err := spec.Validate(); err != nil {
+	if err := Validate(spec, opts); err != nil {
 		panic(fmt.Sprintf("source.Read: %v", err))
 	}
-	if err := opts.Validate(); err != nil {
-		panic(fmt.Sprintf("source.Read: %v", err))
-	}
-	opts = opts.withDefaults()
+	spec, opts = spec.withDefaults(), opts.withDefaults()
 	switch spec.Kind {
 	case KindFile:
 		imp := beam.Impulse(s)
@@ -186,9 +196,6 @@ func Read(s beam.Scope, spec Spec, opts Options) (beacons, deadLetters beam.PCol
 	case KindPubsub:
 		p := spec.Pubsub
 		if opts.dataflow() {
-			if p.IdleStop > 0 {
-				panic("source.Read: pubsub: idle_stop is not supported by Dataflow's native Pub/Sub read (drain the job instead)")
-			}
 			return dataflowRead(s, p.Subscription), emptyDeadLetters(s)
 		}
 		imp := beam.Impulse(s)
