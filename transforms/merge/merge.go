@@ -7,7 +7,9 @@
 package merge
 
 import (
+	"encoding/binary"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
@@ -64,14 +66,62 @@ func init() {
 	register.Emitter2[string, []byte]()
 }
 
-// dropPartitionFn re-keys a partition summary by its list, "type\x00scope".
+// dropPartitionFn re-keys a partition summary by its list, "type\x00scope",
+// and prefixes the value with its partition (a uvarint) so that the list
+// step can tell two outputs of one partition (disjoint events: a late pane)
+// from two partitions (disjoint keys).
 func dropPartitionFn(key string, sm []byte, emit func(string, []byte)) error {
-	typ, scope, _, err := preagg.SplitKey(key)
+	typ, scope, part, err := preagg.SplitKey(key)
 	if err != nil {
 		return err
 	}
-	emit(typ+"\x00"+scope, sm)
+	v := binary.AppendUvarint(make([]byte, 0, len(sm)+3), uint64(part))
+	emit(typ+"\x00"+scope, append(v, sm...))
 	return nil
+}
+
+// MergePartitions merges the values of one list and window, each a
+// partition number (uvarint) followed by an encoded summary: summaries of
+// the same partition with MergeEvents (they count disjoint events), then the
+// partitions with MergeKeys, keeping limit entries. Nil when there are none.
+func MergePartitions(values func(*[]byte) bool, limit int) (*summary.Summary, error) {
+	parts := map[uint64]*summary.Merger{}
+	var b []byte
+	for values(&b) {
+		part, n := binary.Uvarint(b)
+		if n <= 0 {
+			return nil, fmt.Errorf("partition prefix: bad uvarint")
+		}
+		m := parts[part]
+		if m == nil {
+			m = new(summary.Merger)
+			parts[part] = m
+		}
+		if err := m.AddEncoded(b[n:]); err != nil {
+			return nil, err
+		}
+	}
+	keys := make([]uint64, 0, len(parts))
+	for p := range parts {
+		keys = append(keys, p)
+	}
+	slices.Sort(keys) // a deterministic merge order
+	var acc *summary.Summary
+	for _, p := range keys {
+		sm := parts[p].Result()
+		// A list is answered from entries and Theta; partition sketches
+		// would only be added up and dropped.
+		sm.Sketch = nil
+		if acc == nil {
+			acc = sm
+			continue
+		}
+		var err error
+		if acc, err = summary.MergeKeys(acc, sm, limit); err != nil {
+			return nil, err
+		}
+	}
+	return acc, nil
 }
 
 type buildListFn struct {
@@ -88,24 +138,10 @@ func (fn *buildListFn) ProcessElement(w typex.Window, key string, values func(*[
 	if !found {
 		return fmt.Errorf("merge: list key %q", key)
 	}
-	var acc *summary.Summary
-	var b []byte
 	limit := fn.K + fn.Margin
-	for values(&b) {
-		sm, err := summary.Unmarshal(b)
-		if err != nil {
-			return fmt.Errorf("merge %q: %w", key, err)
-		}
-		// A list is answered from entries and Theta; partition sketches
-		// would only be added up and dropped.
-		sm.Sketch = nil
-		if acc == nil {
-			acc = sm
-			continue
-		}
-		if acc, err = summary.MergeKeys(acc, sm, limit); err != nil {
-			return fmt.Errorf("merge %q: %w", key, err)
-		}
+	acc, err := MergePartitions(values, limit)
+	if err != nil {
+		return fmt.Errorf("merge %q: %w", key, err)
 	}
 	if acc == nil {
 		return nil
