@@ -216,6 +216,13 @@ func (fn *pullFn) ProcessElement(ctx context.Context, we *pullEstimator, rt *str
 			if !ok {
 				pubsubBadTS.Inc(ctx, 1)
 			}
+			// Never emit behind the watermark already reported: a beacon
+			// stamped earlier carries the reader's clock instead, so the
+			// pre-aggregator judges (and counts) its events' lateness rather
+			// than the runner dropping them silently.
+			if wm := mtime.Time(we.wm); ts < wm {
+				ts = wm
+			}
 			emit(ts, m.GetMessage().GetData())
 			emitted++
 		}

@@ -16,7 +16,10 @@
 // reader, unary Pull (not StreamingPull, which the in-process fake serves at
 // ~90 msg/s) of up to Options.MaxMessages messages, each element stamped with
 // the message's "ts" attribute (Unix ms: the earliest event time in the
-// beacon) or, without it, its publish time. A call pulls until
+// beacon) or, without it, its publish time, but never earlier than the
+// watermark the reader has already reported (a late beacon carries the
+// reader's clock, so the pre-aggregator counts its late events in
+// late_dropped instead of the runner dropping them unseen). A call pulls until
 // Options.BundleTime has passed and then self-checkpoints
 // (ResumeProcessingIn(0)), because output and the watermark reach the runner
 // only at a checkpoint; an empty pull checkpoints with a short delay. Option
