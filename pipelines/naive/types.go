@@ -1,0 +1,5 @@
+package main
+
+import "reflect"
+
+var reflectTypeOfItemCount = reflect.TypeOf((*ItemCount)(nil)).Elem()
