@@ -2,7 +2,7 @@ package schemas
 
 import (
 	"fmt"
-	"path"
+	"strings"
 	"time"
 )
 
@@ -76,10 +76,15 @@ func ParseHourDir(name string) (time.Time, error) {
 
 // ArchiveHourPath is root/events/hour=... for an event hour.
 func ArchiveHourPath(root string, hour time.Time) string {
-	return path.Join(root, ArchiveEventsDir, HourDir(hour))
+	return joinRoot(root, ArchiveEventsDir, HourDir(hour))
 }
 
 // ExactHourPath is root/exact/hour=.../counts.parquet.
 func ExactHourPath(root string, hour time.Time) string {
-	return path.Join(root, ArchiveExactDir, HourDir(hour), "counts.parquet")
+	return joinRoot(root, ArchiveExactDir, HourDir(hour), "counts.parquet")
+}
+
+// joinRoot joins with "/" without cleaning, so "gs://bucket" keeps its "//".
+func joinRoot(root string, parts ...string) string {
+	return strings.TrimSuffix(root, "/") + "/" + strings.Join(parts, "/")
 }
