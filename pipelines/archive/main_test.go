@@ -1,0 +1,89 @@
+package main
+
+import (
+	"context"
+	"io"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2"
+
+	"github.com/topk-dev/topk/internal/pubsubx"
+	"github.com/topk-dev/topk/schemas"
+	"github.com/topk-dev/topk/transforms/archive"
+)
+
+// TestFlagsDefaults checks the documented defaults and that the flags reach
+// the archiver's configuration.
+func TestFlagsDefaults(t *testing.T) {
+	t.Setenv(pubsubx.EnvEmulator, "127.0.0.1:1")
+	f, err := ParseFlags(nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Root != "./archive" || f.Subscription != "projects/topk-local/subscriptions/archive" ||
+		f.Grace != 10*time.Minute || f.Endpoint != "127.0.0.1:1" || f.Topic != "views" {
+		t.Fatalf("defaults %+v", f)
+	}
+	c := f.Config()
+	if !c.ReturnImmediately || c.Root != f.Root || c.Grace != f.Grace {
+		t.Fatalf("config %+v from %+v", c, f)
+	}
+	if _, err := ParseFlags([]string{"--grace=3m", "extra"}, io.Discard); err == nil {
+		t.Fatal("a stray argument was accepted")
+	}
+	f, _ = ParseFlags([]string{"--root=gs://b/a"}, io.Discard)
+	if err := Run(context.Background(), f); err == nil || !strings.Contains(err.Error(), "gs://") {
+		t.Fatalf("Run with a gs:// root = %v, want a clear error", err)
+	}
+}
+
+// TestRunArchivesToRoot checks the command end to end on pstest: it creates
+// its subscription on the fake, archives a published beacon under --root in
+// its event hour, and exits on --idle_stop.
+func TestRunArchivesToRoot(t *testing.T) {
+	emb := pubsubx.StartEmbedded()
+	defer emb.Close()
+	root := t.TempDir()
+	f, err := ParseFlags([]string{"--root=" + root, "--pubsub_endpoint=" + emb.Addr,
+		"--subscription=projects/p/subscriptions/archive", "--idle_stop=1s"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	c, err := pubsubx.NewClient(ctx, "p", emb.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := pubsubx.EnsureTopic(ctx, c, "views"); err != nil {
+		t.Fatal(err)
+	}
+	if err := pubsubx.EnsureSubscription(ctx, c, "archive", "views", 60); err != nil {
+		t.Fatal(err)
+	}
+	ts := time.Now().UTC().Truncate(time.Millisecond)
+	data, err := schemas.MarshalBeacon(&schemas.Beacon{BeaconID: "b", Events: []schemas.Event{
+		{EventID: "e1", Type: "video", Item: "v_1", TS: ts}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := c.Publisher("views")
+	if _, err := pub.Publish(ctx, &pubsub.Message{Data: data,
+		Attributes: map[string]string{"ts": strconv.FormatInt(ts.UnixMilli(), 10)}}).Get(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pub.Stop()
+	if err := Run(ctx, f); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := archive.ReadHour(root, ts.Truncate(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 || rows[0].EventID != "e1" || !rows[0].TS.Equal(ts) {
+		t.Fatalf("archived rows %+v, want e1 at %v", rows, ts)
+	}
+}
