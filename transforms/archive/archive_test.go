@@ -71,7 +71,7 @@ type env struct {
 	clock  *clock
 }
 
-func newEnv(t *testing.T, addr string) *env {
+func newEnv(t testing.TB, addr string) *env {
 	t.Helper()
 	ctx := context.Background()
 	c, err := pubsubx.NewClient(ctx, testProject, addr)
@@ -94,7 +94,7 @@ func newEnv(t *testing.T, addr string) *env {
 }
 
 // publish publishes raw payloads with a "ts" attribute.
-func (e *env) publish(t *testing.T, payloads ...[]byte) {
+func (e *env) publish(t testing.TB, payloads ...[]byte) {
 	t.Helper()
 	pub := e.client.Publisher(e.topic)
 	defer pub.Stop()
@@ -112,7 +112,7 @@ func (e *env) publish(t *testing.T, payloads ...[]byte) {
 
 // run runs the archiver until the subscription has been idle for a while
 // and returns its final stats.
-func (e *env) run(t *testing.T, mod func(*Config)) (Stats, error) {
+func (e *env) run(t testing.TB, mod func(*Config)) (Stats, error) {
 	t.Helper()
 	var last Stats
 	cfg := Config{Root: e.root, Subscription: e.sub, ReturnImmediately: true,
@@ -127,7 +127,7 @@ func (e *env) run(t *testing.T, mod func(*Config)) (Stats, error) {
 	return last, err
 }
 
-func beacon(t *testing.T, id string, events ...schemas.Event) []byte {
+func beacon(t testing.TB, id string, events ...schemas.Event) []byte {
 	t.Helper()
 	data, err := schemas.MarshalBeacon(&schemas.Beacon{BeaconID: id, Events: events})
 	if err != nil {
@@ -166,7 +166,7 @@ func sortRows(rows []schemas.ArchiveEvent) {
 	})
 }
 
-func readHour(t *testing.T, root string, hour time.Time) []schemas.ArchiveEvent {
+func readHour(t testing.TB, root string, hour time.Time) []schemas.ArchiveEvent {
 	t.Helper()
 	rows, err := ReadHour(root, hour)
 	if err != nil {
