@@ -17,7 +17,7 @@
 // %25 and %23, so a prefix always ends on a component boundary):
 //
 //	h#{hour}#{type}#{scope}#{item}   c:n          the exact count of an item in one event hour
-//	d#{type}#{scope}#{item}          c:n c:end    24-hour total over [end-24h, end)
+//	d#{type}#{scope}#{item}          c:n c:end    24-hour total over [end-24h, end) (rows of the last recompute only)
 //	a#{type}#{scope}#{item}          c:n l:{hour} all-time total, and per hour the count applied to it
 //	i#{hour}#{type}#{scope}#{item}   c:n          index of the items applied to all-time for an hour
 //	c#{type}#{scope}#{window}        c:blob c:until c:cap   exact top candidates (window 24h or all)
@@ -476,17 +476,14 @@ func (s *Store) hourScan(ctx context.Context, hour time.Time, prefix string, f f
 // from its 24 hourly partitions (no running subtraction, so a corrected hour
 // is picked up by the next recompute), writes them as d# rows with their end,
 // deletes the d# rows of items no longer in the window, and writes the top 3k
-// candidates of every (type, scope) for window 24h. The store holds one
+// candidates of every (type, scope) for window 24h. Recomputing the same end
+// after a corrected hour picks up the correction. The store holds one
 // 24-hour window, the last one recomputed.
 func (s *Store) Recompute24h(ctx context.Context, end time.Time, k int) error {
 	if err := checkHour(end); err != nil {
 		return err
 	}
 	totals, err := s.sumHours(ctx, end.Add(-24*time.Hour), end)
-	if err != nil {
-		return err
-	}
-	prevEnd, err := s.readTime(ctx, rowEnd24h)
 	if err != nil {
 		return err
 	}
@@ -500,27 +497,22 @@ func (s *Store) Recompute24h(ctx context.Context, end time.Time, k int) error {
 			return err
 		}
 	}
-	// Items of the previous window that are not in this one: delete their
-	// d# rows. (Readers also ignore a d# row whose end is not the current
-	// one, so a leftover row never reads as a total.)
-	if !prevEnd.IsZero() && !prevEnd.Equal(end) {
-		for h := prevEnd.Add(-24 * time.Hour); h.Before(prevEnd); h = h.Add(time.Hour) {
-			if !h.Before(end.Add(-24*time.Hour)) && h.Before(end) {
-				continue
-			}
-			var ferr error
-			err := s.hourScan(ctx, h, hourPrefix(h), func(key itemKey, _ int64) {
-				if _, ok := totals[key]; !ok && ferr == nil {
-					ferr = b.add(ctx, dayRow(key), deleteRow())
-				}
-			})
-			if err != nil {
-				return err
-			}
-			if ferr != nil {
-				return ferr
-			}
+	// Rows of items no longer in the window (a dropped tail hour, or a
+	// corrected hour that lost them): delete. This scan of the d# keys costs
+	// the same order as the rewrite above, and it is what makes a recompute
+	// of the same end after a correction exact.
+	err = s.scan(ctx, "d#", func(r bigtable.Row) error {
+		key, err := splitKey(strings.TrimPrefix(r.Key(), "d#"))
+		if err != nil {
+			return err
 		}
+		if _, ok := totals[key]; !ok {
+			return b.add(ctx, r.Key(), deleteRow())
+		}
+		return nil
+	}, bigtable.CellsPerRowLimitFilter(1), bigtable.StripValueFilter())
+	if err != nil {
+		return err
 	}
 	if err := b.flush(ctx); err != nil {
 		return err

@@ -250,6 +250,13 @@ func TestRecompute24h(t *testing.T) {
 		hours[10] = fixed
 		must(t, s.Recompute24h(ctx, hr(24), 5))
 		checkTotals(t, s, schemas.Window24h, all, sumOf(hours[0:24]...))
+		// Correct hour 0 without only-h0: gone at the same end.
+		must(t, s.WriteHour(ctx, hr(0), hours[0][:len(hours[0])-1]))
+		must(t, s.Recompute24h(ctx, hr(24), 5))
+		if got, _ := s.Totals(ctx, "video", "global", schemas.Window24h, []string{"only-h0"}); len(got) != 0 {
+			t.Errorf("item removed by a correction still has a 24h total: %v", got)
+		}
+		must(t, s.WriteHour(ctx, hr(0), hours[0]))
 		// Move the window: hour 0 drops out.
 		must(t, s.Recompute24h(ctx, hr(26), 5))
 		checkTotals(t, s, schemas.Window24h, all, sumOf(hours[2:26]...))

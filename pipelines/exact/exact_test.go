@@ -1,0 +1,299 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/ptest"
+	"github.com/parquet-go/parquet-go"
+
+	"github.com/topk-dev/topk/schemas"
+	"github.com/topk-dev/topk/transforms/exact/store"
+)
+
+func TestMain(m *testing.M) { ptest.Main(m) }
+
+var hour0 = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+
+// genEvents makes n distinct events in hour with skewed items, two types and
+// three scope shapes (global only, country, country + region).
+func genEvents(seed uint64, hour time.Time, n int) []schemas.Event {
+	r := rand.New(rand.NewPCG(seed, 99))
+	z := rand.NewZipf(r, 1.2, 1, 300)
+	out := make([]schemas.Event, n)
+	for i := range out {
+		e := schemas.Event{
+			EventID: fmt.Sprintf("e-%d-%d", seed, i),
+			Type:    []string{"video", "hashtag"}[r.IntN(2)],
+			Item:    fmt.Sprintf("it_%d", z.Uint64()),
+			User:    fmt.Sprintf("u%d", r.IntN(100)),
+			TS:      hour.Add(time.Duration(r.Int64N(int64(time.Hour)))).Truncate(time.Millisecond),
+		}
+		switch r.IntN(3) {
+		case 1:
+			e.Country = "US"
+		case 2:
+			e.Country, e.Region = "IN", "IN-MH"
+		}
+		if i%50 == 0 {
+			e.Item = "tag#" + e.Item // '#' in an id
+		}
+		out[i] = e
+	}
+	return out
+}
+
+// writeArchive writes events to the archive layout of hour: two part files,
+// a late/ file, and _CLOSED. Every 7th event is written again (same event_id,
+// at-least-once redelivery) in another file, some of them in late/.
+func writeArchive(t *testing.T, root string, hour time.Time, events []schemas.Event) {
+	t.Helper()
+	dir := schemas.ArchiveHourPath(root, hour)
+	must(t, os.RemoveAll(dir))
+	must(t, os.MkdirAll(filepath.Join(dir, schemas.ArchiveLateDir), 0o755))
+	files := make([][]schemas.ArchiveEvent, 3)
+	for i := range events {
+		a := schemas.ArchiveEventOf(&events[i])
+		files[i%3] = append(files[i%3], a)
+		if i%7 == 0 {
+			files[(i+1)%3] = append(files[(i+1)%3], a)
+		}
+	}
+	names := []string{"part-w1-0.parquet", "part-w2-0.parquet", filepath.Join(schemas.ArchiveLateDir, "part-w1-1.parquet")}
+	for i, rows := range files {
+		must(t, parquet.WriteFile(filepath.Join(dir, names[i]), rows))
+	}
+	must(t, os.WriteFile(filepath.Join(dir, schemas.ArchiveClosed), nil, 0o644))
+}
+
+// oracle counts events exactly with a plain map, duplicates removed by
+// event_id, per (type, scope, item).
+func oracle(events ...[]schemas.Event) map[string]int64 {
+	seen := map[string]bool{}
+	out := map[string]int64{}
+	for _, evs := range events {
+		for _, e := range evs {
+			if seen[e.EventID] {
+				continue
+			}
+			seen[e.EventID] = true
+			for _, sc := range e.Scopes(nil) {
+				out[e.Type+"/"+sc+"/"+e.Item]++
+			}
+		}
+	}
+	return out
+}
+
+func asMap(counts []schemas.ExactCount) map[string]int64 {
+	out := map[string]int64{}
+	for _, c := range counts {
+		out[c.Type+"/"+c.Scope+"/"+c.Item] += c.Count
+	}
+	return out
+}
+
+func newStore(t *testing.T) *store.Store {
+	t.Helper()
+	addr, stop, err := store.Embedded()
+	must(t, err)
+	t.Cleanup(stop)
+	st, err := store.Open(context.Background(), "p", "i", store.EmulatorOptions(addr)...)
+	must(t, err)
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+func recount(t *testing.T, root string, st *store.Store, hours ...time.Time) []HourReport {
+	t.Helper()
+	reps, err := Run(context.Background(), Config{Archive: root, Hours: hours, K: 10, Shards: 4, Parts: 3,
+		RequireClosed: true, Store: st})
+	must(t, err)
+	return reps
+}
+
+// snapshot is everything a reader can see: the Parquet table's bytes, the
+// hour's Bigtable rows, 24h and all-time totals of every item, candidates.
+func snapshot(t *testing.T, root string, st *store.Store, hours []time.Time, universe map[string]int64) string {
+	t.Helper()
+	ctx := context.Background()
+	var b bytes.Buffer
+	for _, h := range hours {
+		raw, err := os.ReadFile(schemas.ExactHourPath(root, h))
+		must(t, err)
+		b.Write(raw)
+		c, err := st.AllHourCounts(ctx, h)
+		must(t, err)
+		fmt.Fprintln(&b, c)
+	}
+	for _, key := range slices.Sorted(maps.Keys(universe)) {
+		parts := splitKey(key)
+		typ, scope, item := parts[0], parts[1], parts[2]
+		for _, w := range []schemas.Window{schemas.Window24h, schemas.WindowAll} {
+			m, err := st.Totals(ctx, typ, scope, w, []string{item})
+			must(t, err)
+			fmt.Fprintln(&b, key, w, m[item])
+			c, until, err := st.Candidates(ctx, typ, scope, w)
+			must(t, err)
+			fmt.Fprintln(&b, w, c, until)
+		}
+	}
+	return b.String()
+}
+
+func splitKey(k string) [3]string {
+	var out [3]string
+	i := 0
+	start := 0
+	for j := 0; j < len(k) && i < 2; j++ {
+		if k[j] == '/' {
+			out[i] = k[start:j]
+			i++
+			start = j + 1
+		}
+	}
+	out[2] = k[start:]
+	return out
+}
+
+// Property: the recount of an hour (duplicates across files and in late/)
+// equals an independent exact count, in Bigtable and in the Parquet table;
+// rerunning it three times leaves identical tables and all-time totals.
+func TestRecountExactAndRerunIdentical(t *testing.T) {
+	root, st := t.TempDir(), newStore(t)
+	evs := genEvents(1, hour0, 6000)
+	writeArchive(t, root, hour0, evs)
+	reps := recount(t, root, st, hour0)
+	want := oracle(evs)
+
+	got, err := st.AllHourCounts(context.Background(), hour0)
+	must(t, err)
+	if g := asMap(got); !maps.Equal(g, want) {
+		t.Fatalf("Bigtable hour counts differ from the exact count: %d keys, want %d", len(g), len(want))
+	}
+	rows, err := parquet.ReadFile[schemas.ExactCount](schemas.ExactHourPath(root, hour0))
+	must(t, err)
+	if g := asMap(rows); !maps.Equal(g, want) {
+		t.Fatalf("Parquet exact table differs from the exact count: %d keys, want %d", len(g), len(want))
+	}
+	for _, r := range rows {
+		if !r.Hour.Equal(hour0) {
+			t.Fatalf("row hour %v", r.Hour)
+		}
+	}
+	if m := reps[0].Metrics; m["exact_duplicates_dropped"] == 0 || m["exact_events_counted"] != int64(len(evs)) {
+		t.Errorf("metrics %v: want duplicates dropped and %d events counted", m, len(evs))
+	}
+	if reps[0].ExactUntil != store.HourKey(hour0.Add(time.Hour)) {
+		t.Errorf("exact_until %s, want %s", reps[0].ExactUntil, store.HourKey(hour0.Add(time.Hour)))
+	}
+	first := snapshot(t, root, st, []time.Time{hour0}, want)
+	for i := range 3 {
+		recount(t, root, st, hour0)
+		if s := snapshot(t, root, st, []time.Time{hour0}, want); s != first {
+			t.Fatalf("rerun %d changed the tables", i+1)
+		}
+	}
+	all, err := st.Totals(context.Background(), "video", "global", schemas.WindowAll, []string{"it_1"})
+	must(t, err)
+	if all["it_1"] != want["video/global/it_1"] {
+		t.Errorf("all-time total of it_1 after reruns %d, want %d", all["it_1"], want["video/global/it_1"])
+	}
+}
+
+// Property: with two hours recounted, 24h and all-time totals are their sum;
+// a corrected hour (files rewritten, hour rerun) fixes the 24h totals and
+// moves all-time by the correction only, including items that disappeared.
+func TestCorrectedHourFixesTotals(t *testing.T) {
+	root, st := t.TempDir(), newStore(t)
+	h1 := hour0.Add(time.Hour)
+	a, b := genEvents(2, hour0, 3000), genEvents(3, h1, 3000)
+	writeArchive(t, root, hour0, a)
+	writeArchive(t, root, h1, b)
+	reps := recount(t, root, st, hour0, h1)
+	if reps[1].ExactUntil != store.HourKey(h1.Add(time.Hour)) {
+		t.Fatalf("exact_until %s", reps[1].ExactUntil)
+	}
+	check := func(what string, want map[string]int64, universe map[string]int64) {
+		t.Helper()
+		ctx := context.Background()
+		for key := range universe {
+			p := splitKey(key)
+			for _, w := range []schemas.Window{schemas.Window24h, schemas.WindowAll} {
+				m, err := st.Totals(ctx, p[0], p[1], w, []string{p[2]})
+				must(t, err)
+				if m[p[2]] != want[key] {
+					t.Fatalf("%s: %s total of %s = %d, want %d", what, w, key, m[p[2]], want[key])
+				}
+			}
+		}
+		for _, l := range [][2]string{{"video", "global"}, {"hashtag", "IN-MH"}} {
+			c, _, err := st.Candidates(ctx, l[0], l[1], schemas.Window24h)
+			must(t, err)
+			if len(c) == 0 || c[0].Count != maxOf(want, l[0], l[1]) {
+				t.Fatalf("%s: 24h top of %v = %+v, want count %d", what, l, c[:min(1, len(c))], maxOf(want, l[0], l[1]))
+			}
+		}
+	}
+	universe := oracle(a, b)
+	check("two hours", oracle(a, b), universe)
+	// Correct hour 0: a different set of events (some items vanish).
+	fixed := genEvents(4, hour0, 2000)
+	writeArchive(t, root, hour0, fixed)
+	recount(t, root, st, hour0)
+	for k := range oracle(fixed) {
+		universe[k] = 1
+	}
+	check("corrected hour 0", oracle(fixed, b), universe)
+	eu, err := st.ExactUntil(context.Background())
+	must(t, err)
+	if !eu.Equal(h1.Add(time.Hour)) {
+		t.Errorf("exact_until moved to %v on a rerun", eu)
+	}
+}
+
+func maxOf(m map[string]int64, typ, scope string) int64 {
+	var best int64
+	for k, n := range m {
+		if p := splitKey(k); p[0] == typ && p[1] == scope && n > best {
+			best = n
+		}
+	}
+	return best
+}
+
+// Property: an hour without its _CLOSED marker is refused, and --from/--to
+// is half-open.
+func TestFlagsAndClosed(t *testing.T) {
+	f := Flags{From: "2026-11-30T22", To: "2026-12-01T01", K: 1, Shards: 1, Parts: 1, Archive: "x"}
+	cfg, err := f.Config()
+	must(t, err)
+	if len(cfg.Hours) != 3 || !cfg.Hours[2].Equal(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)) {
+		t.Fatalf("hours %v", cfg.Hours)
+	}
+	if _, err := (&Flags{Hour: "2026-11-30T22", From: "2026-11-30T22"}).Config(); err == nil {
+		t.Error("--hour with --from accepted")
+	}
+	root := t.TempDir()
+	must(t, os.MkdirAll(schemas.ArchiveHourPath(root, hour0), 0o755))
+	_, err = Run(context.Background(), Config{Archive: root, Hours: []time.Time{hour0}, K: 1, Shards: 1, Parts: 1,
+		RequireClosed: true, Store: newStore(t)})
+	if err == nil {
+		t.Error("an open hour was recounted")
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}

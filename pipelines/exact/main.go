@@ -1,0 +1,331 @@
+// Command exact is topk's exact path: a Beam batch job that recounts closed
+// event hours from the archive and writes the exact tables.
+//
+//	go run ./pipelines/exact --archive=/data/archive --hour=2026-11-30T10
+//	go run ./pipelines/exact --archive=/data/archive --from=2026-11-30T00 --to=2026-12-01T00
+//
+// For each hour, in order: read the hour's Parquet files and its late/
+// folder, drop duplicate event_ids, count per (type, scope, item) for every
+// scope of the event, then
+//
+//  1. write the exact hourly table as Parquet at
+//     ARCHIVE/exact/hour=.../counts.parquet (temp + rename: overwrite);
+//  2. overwrite the hour's counts in Bigtable (store.WriteHour);
+//  3. recompute the 24-hour totals and candidates from the 24 hourly
+//     partitions of the window (store.Recompute24h);
+//  4. apply the hour to all-time totals by the difference from the ledger
+//     (store.ApplyAllTime) and update the all-time candidates;
+//  5. mark the hour done and move exact_until over the done hours that
+//     follow it without a gap.
+//
+// The Beam job only counts: it writes one Parquet file per item partition
+// to a staging folder, and the writes above happen here, after the job has
+// succeeded, from those files. That keeps every external write out of
+// bundles a runner may retry, and each write is an overwrite or a ledger
+// difference, so rerunning the command for an hour (three times, or after a
+// crash at any point) leaves the same tables.
+//
+// The runner is Beam's --runner flag: Prism in-process by default,
+// --runner=universal --endpoint=HOST:PORT --environment_type=LOOPBACK for a
+// portable job server, --runner=dataflow for Dataflow (the staging folder and
+// archive must then be reachable by the workers; this command supports local
+// archive folders only). Bigtable: BIGTABLE_EMULATOR_HOST selects an
+// emulator; with neither it nor a real --bigtable_project, an in-process
+// bttest is started and its tables vanish at exit (the Parquet table stays).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/x/beamx"
+	"google.golang.org/api/option"
+
+	"github.com/topk-dev/topk/schemas"
+	"github.com/topk-dev/topk/transforms/exact/store"
+)
+
+// Config is one run of the command.
+type Config struct {
+	Archive string      // archive root (local folder)
+	Hours   []time.Time // hours to recount, in order
+	K       int         // list depth; candidates keep 3K
+	Shards  int         // event_id shards for the dedupe
+	Parts   int         // item partitions for the sums
+	// RequireClosed refuses an hour without its _CLOSED marker.
+	RequireClosed bool
+
+	// Store, when set, is used as is; otherwise Run opens Project/Instance
+	// with StoreOptions.
+	Store            *store.Store
+	Project          string
+	Instance         string
+	StoreOptions     []option.ClientOption
+	Runner           func(context.Context, *beam.Pipeline) (map[string]int64, error)
+	KeepStagingFiles bool
+}
+
+// HourReport is what Run did for one hour.
+type HourReport struct {
+	Hour       string           `json:"hour"`
+	Files      int              `json:"files"`
+	Rows       int              `json:"rows"`
+	Metrics    map[string]int64 `json:"metrics"`
+	ExactUntil string           `json:"exact_until"`
+	Seconds    float64          `json:"seconds"`
+}
+
+// BeamRunner runs p with beamx.RunWithMetrics (Beam's --runner flag; Prism
+// when unset) and returns the "topk" counters.
+func BeamRunner(ctx context.Context, p *beam.Pipeline) (map[string]int64, error) {
+	res, err := beamx.RunWithMetrics(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	m := map[string]int64{}
+	if res != nil {
+		for _, c := range res.Metrics().AllMetrics().Counters() {
+			if c.Namespace() == "topk" {
+				m[c.Name()] += c.Result()
+			}
+		}
+	}
+	return m, nil
+}
+
+// Run recounts cfg.Hours one after another.
+func Run(ctx context.Context, cfg Config) ([]HourReport, error) {
+	if cfg.Archive == "" || strings.HasPrefix(cfg.Archive, "gs://") {
+		return nil, fmt.Errorf("exact: --archive must be a local folder (got %q)", cfg.Archive)
+	}
+	if cfg.K <= 0 || cfg.Shards <= 0 || cfg.Parts <= 0 {
+		return nil, fmt.Errorf("exact: k, shards and parts must be positive")
+	}
+	if cfg.Runner == nil {
+		cfg.Runner = BeamRunner
+	}
+	st := cfg.Store
+	if st == nil {
+		var err error
+		if st, err = store.Open(ctx, cfg.Project, cfg.Instance, cfg.StoreOptions...); err != nil {
+			return nil, err
+		}
+		defer st.Close()
+	}
+	if err := st.EnsureTables(ctx); err != nil {
+		return nil, err
+	}
+	var reps []HourReport
+	for _, h := range cfg.Hours {
+		rep, err := runHour(ctx, cfg, st, h.UTC())
+		if err != nil {
+			return reps, fmt.Errorf("exact: hour %s: %w", schemas.HourDir(h), err)
+		}
+		reps = append(reps, rep)
+	}
+	return reps, nil
+}
+
+// HourFiles lists an hour's archive files: *.parquet in the hour folder and
+// in its late/ folder, skipping temp files (leading '.' or '_').
+func HourFiles(root string, hour time.Time) ([]string, error) {
+	dir := schemas.ArchiveHourPath(root, hour)
+	var out []string
+	for _, d := range []string{dir, filepath.Join(dir, schemas.ArchiveLateDir)} {
+		m, err := filepath.Glob(filepath.Join(d, "*.parquet"))
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range m {
+			if b := filepath.Base(p); !strings.HasPrefix(b, ".") && !strings.HasPrefix(b, "_") {
+				out = append(out, p)
+			}
+		}
+	}
+	return out, nil
+}
+
+func runHour(ctx context.Context, cfg Config, st *store.Store, hour time.Time) (HourReport, error) {
+	start := time.Now()
+	rep := HourReport{Hour: store.HourKey(hour), Metrics: map[string]int64{}}
+	if hour != hour.Truncate(time.Hour) {
+		return rep, fmt.Errorf("not a whole hour")
+	}
+	if cfg.RequireClosed {
+		if _, err := os.Stat(filepath.Join(schemas.ArchiveHourPath(cfg.Archive, hour), schemas.ArchiveClosed)); err != nil {
+			return rep, fmt.Errorf("hour is not closed (no %s marker): %w", schemas.ArchiveClosed, err)
+		}
+	}
+	files, err := HourFiles(cfg.Archive, hour)
+	if err != nil {
+		return rep, err
+	}
+	rep.Files = len(files)
+	exactPath := schemas.ExactHourPath(cfg.Archive, hour)
+	if err := os.MkdirAll(filepath.Dir(exactPath), 0o755); err != nil {
+		return rep, err
+	}
+	staging, err := os.MkdirTemp(filepath.Dir(exactPath), ".staging-")
+	if err != nil {
+		return rep, err
+	}
+	if !cfg.KeepStagingFiles {
+		defer os.RemoveAll(staging)
+	}
+	if len(files) > 0 {
+		p, s := beam.NewPipelineWithRoot()
+		Build(s, HourJob{Hour: hour, Files: files, Staging: staging, Shards: cfg.Shards, Parts: cfg.Parts})
+		if rep.Metrics, err = cfg.Runner(ctx, p); err != nil {
+			return rep, fmt.Errorf("pipeline: %w", err)
+		}
+	}
+	counts, err := readCounts(staging)
+	if err != nil {
+		return rep, err
+	}
+	sortCounts(counts)
+	rep.Rows = len(counts)
+	if err := writeParquet(exactPath, counts); err != nil {
+		return rep, err
+	}
+	if err := st.WriteHour(ctx, hour, counts); err != nil {
+		return rep, err
+	}
+	// The store holds one 24-hour window. A new hour moves it to end at
+	// hour+1h; a rerun of an older hour recomputes the window held if the
+	// hour is inside it, and leaves it alone otherwise.
+	end, held := hour.Add(time.Hour), time.Time{}
+	if held, err = st.End24h(ctx); err != nil {
+		return rep, err
+	}
+	switch {
+	case !held.After(end):
+		err = st.Recompute24h(ctx, end, cfg.K)
+	case !hour.Before(held.Add(-24 * time.Hour)):
+		err = st.Recompute24h(ctx, held, cfg.K)
+	}
+	if err != nil {
+		return rep, err
+	}
+	if err := st.ApplyAllTime(ctx, hour, counts, cfg.K); err != nil {
+		return rep, err
+	}
+	if err := st.MarkHourDone(ctx, hour); err != nil {
+		return rep, err
+	}
+	eu, err := st.AdvanceExactUntil(ctx)
+	if err != nil {
+		return rep, err
+	}
+	rep.ExactUntil = store.HourKey(eu)
+	rep.Seconds = time.Since(start).Seconds()
+	return rep, nil
+}
+
+// Flags is the command line.
+type Flags struct {
+	Archive, Hour, From, To string
+	Project, Instance       string
+	K, Shards, Parts        int
+	RequireClosed           bool
+}
+
+// Register defines the flags on fs.
+func (f *Flags) Register(fs *flag.FlagSet) {
+	fs.StringVar(&f.Archive, "archive", "archive", "archive root (local folder)")
+	fs.StringVar(&f.Hour, "hour", "", "one event hour to recount, e.g. 2026-11-30T10")
+	fs.StringVar(&f.From, "from", "", "first hour of a range to recount")
+	fs.StringVar(&f.To, "to", "", "end of the range, exclusive (the first hour not recounted)")
+	fs.StringVar(&f.Project, "bigtable_project", "topk-local", "Bigtable project")
+	fs.StringVar(&f.Instance, "bigtable_instance", "topk", "Bigtable instance")
+	fs.IntVar(&f.K, "k", 1000, "list depth K; the exact candidates keep 3K")
+	fs.IntVar(&f.Shards, "shards", 16, "event_id shards for the dedupe")
+	fs.IntVar(&f.Parts, "parts", 16, "item partitions for the sums")
+	fs.BoolVar(&f.RequireClosed, "require_closed", true, "refuse hours without the _CLOSED marker")
+}
+
+// Config turns the flags into a Config (without a store connection).
+func (f *Flags) Config() (Config, error) {
+	cfg := Config{Archive: f.Archive, K: f.K, Shards: f.Shards, Parts: f.Parts, RequireClosed: f.RequireClosed,
+		Project: f.Project, Instance: f.Instance}
+	parse := func(name, v string) (time.Time, error) {
+		t, err := time.Parse(store.HourFormat, v)
+		if err != nil {
+			return t, fmt.Errorf("--%s=%q: want YYYY-MM-DDTHH: %w", name, v, err)
+		}
+		return t, nil
+	}
+	switch {
+	case f.Hour != "" && f.From == "" && f.To == "":
+		h, err := parse("hour", f.Hour)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Hours = []time.Time{h}
+	case f.Hour == "" && f.From != "" && f.To != "":
+		from, err := parse("from", f.From)
+		if err != nil {
+			return cfg, err
+		}
+		to, err := parse("to", f.To)
+		if err != nil {
+			return cfg, err
+		}
+		for h := from; h.Before(to); h = h.Add(time.Hour) {
+			cfg.Hours = append(cfg.Hours, h)
+		}
+		if len(cfg.Hours) == 0 {
+			return cfg, fmt.Errorf("--from=%s --to=%s is an empty range", f.From, f.To)
+		}
+	default:
+		return cfg, fmt.Errorf("give --hour, or --from and --to")
+	}
+	return cfg, nil
+}
+
+func main() {
+	var f Flags
+	f.Register(flag.CommandLine)
+	flag.Parse()
+	beam.Init() // first call after flags: this binary is also the worker
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := run(ctx, &f); err != nil {
+		slog.Error("exact", "err", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, f *Flags) error {
+	cfg, err := f.Config()
+	if err != nil {
+		return err
+	}
+	if os.Getenv("BIGTABLE_EMULATOR_HOST") == "" && cfg.Project == "topk-local" {
+		addr, stopBT, err := store.Embedded()
+		if err != nil {
+			return err
+		}
+		defer stopBT()
+		slog.Warn("exact: no BIGTABLE_EMULATOR_HOST; using an in-process bttest whose tables vanish at exit", "addr", addr)
+		cfg.StoreOptions = store.EmulatorOptions(addr)
+	}
+	reps, err := Run(ctx, cfg)
+	enc := json.NewEncoder(os.Stdout)
+	for _, r := range reps {
+		if e := enc.Encode(r); e != nil {
+			return e
+		}
+	}
+	return err
+}
