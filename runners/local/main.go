@@ -13,8 +13,9 @@
 // windows and timers flush and Prism exits cleanly (cancelling Prism's
 // context would panic the process).
 //
-// Not here yet: the archive and the hourly exact recount (24h and all-time
-// lists); see the README.
+// The archiver writes every event as Parquet by event hour under
+// --archive_root, the input of `go run ./pipelines/exact`. Not here yet: the
+// hourly recount on a schedule and the 24h and all-time lists.
 package main
 
 import (
@@ -39,6 +40,7 @@ import (
 	"github.com/topk-dev/topk/pipelines/fastpath"
 	"github.com/topk-dev/topk/schemas"
 	"github.com/topk-dev/topk/serving/api"
+	"github.com/topk-dev/topk/transforms/archive"
 	"github.com/topk-dev/topk/transforms/publish/liststore"
 	"github.com/topk-dev/topk/transforms/source"
 )
@@ -56,6 +58,9 @@ type Config struct {
 	Project    string
 	Partitions int
 	AdminToken string
+	// ArchiveRoot receives every event as Parquet by event hour (the exact
+	// path's input); "" disables the archiver.
+	ArchiveRoot string
 }
 
 func main() {
@@ -70,6 +75,7 @@ func main() {
 	flag.DurationVar(&cfg.Progress, "progress", 5*time.Second, "progress line period")
 	flag.StringVar(&cfg.Project, "pubsub_project", "topk-local", "Pub/Sub project")
 	flag.IntVar(&cfg.Partitions, "partitions", 4, "counter partitions (4 suits the modest local load; the streaming command defaults to 16)")
+	flag.StringVar(&cfg.ArchiveRoot, "archive_root", "./archive", "archive root: every event as Parquet by event hour, the exact recount's input (empty: no archive)")
 	flag.StringVar(&cfg.AdminToken, "admin_token", os.Getenv("TOPK_ADMIN_TOKEN"), "bearer token for /v1/admin (default $TOPK_ADMIN_TOKEN)")
 	flag.Parse()
 	beam.Init()
@@ -113,6 +119,20 @@ func Run(ctx context.Context, cfg Config, out *os.File) (Stats, error) {
 	}
 	if err := pubsubx.EnsureSubscription(bg, ps, "fastpath", "views", 60); err != nil {
 		return Stats{}, err
+	}
+
+	archDone := make(chan error, 1)
+	if cfg.ArchiveRoot != "" {
+		if err := pubsubx.EnsureSubscription(bg, ps, "archive", "views", 60); err != nil {
+			return Stats{}, err
+		}
+		// bg and IdleStop, not ctx: the archiver drains what was published.
+		go func() {
+			archDone <- archive.Run(bg, ps, archive.Config{Root: cfg.ArchiveRoot,
+				Subscription: pubsubx.SubscriptionName(cfg.Project, "archive"), ReturnImmediately: true, IdleStop: cfg.IdleStop})
+		}()
+	} else {
+		archDone <- nil
 	}
 
 	rconn, err := redisx.Connect(bg, "")
@@ -185,6 +205,9 @@ loop:
 	case r = <-pipeDone:
 	case <-time.After(cfg.IdleStop + 10*time.Minute):
 		return Stats{}, errors.New("pipeline did not drain within 10 minutes of the idle stop")
+	}
+	if err := <-archDone; err != nil {
+		return Stats{}, fmt.Errorf("archive: %w", err)
 	}
 	p50, p99 := lag.Stop()
 	r.rep.LagP50Ms, r.rep.LagP99Ms = p50, p99
