@@ -53,6 +53,7 @@ import (
 
 	"github.com/topk-dev/topk/schemas"
 	"github.com/topk-dev/topk/transforms/exact/store"
+	"github.com/topk-dev/topk/transforms/grade"
 )
 
 // Config is one run of the command.
@@ -73,6 +74,16 @@ type Config struct {
 	StoreOptions     []option.ClientOption
 	Runner           func(context.Context, *beam.Pipeline) (map[string]int64, error)
 	KeepStagingFiles bool
+
+	// ListsDir is the fast path's --lists_out folder. When set, every
+	// recounted hour grades the 1h lists published at its end against the
+	// exact counts (DESIGN.md section 2, exact path step 4).
+	ListsDir string
+	// MetricsFile, when set, receives the grades as Prometheus text
+	// (node_exporter textfile collector format), rewritten after each hour.
+	MetricsFile string
+	// Logger receives grades; nil: slog.Default().
+	Logger *slog.Logger
 }
 
 // HourReport is what Run did for one hour.
@@ -83,6 +94,7 @@ type HourReport struct {
 	Metrics    map[string]int64 `json:"metrics"`
 	ExactUntil string           `json:"exact_until"`
 	Seconds    float64          `json:"seconds"`
+	Grades     []grade.Grade    `json:"grades,omitempty"`
 }
 
 // BeamRunner runs p with beamx.RunWithMetrics (Beam's --runner flag; Prism
@@ -228,6 +240,11 @@ func runHour(ctx context.Context, cfg Config, st *store.Store, hour time.Time) (
 		return rep, err
 	}
 	rep.ExactUntil = store.HourKey(eu)
+	if cfg.ListsDir != "" {
+		if rep.Grades, err = gradeHour(ctx, cfg, st, hour, counts); err != nil {
+			return rep, err
+		}
+	}
 	rep.Seconds = time.Since(start).Seconds()
 	return rep, nil
 }
@@ -238,6 +255,7 @@ type Flags struct {
 	Project, Instance       string
 	K, Shards, Parts        int
 	RequireClosed           bool
+	ListsDir, MetricsFile   string
 }
 
 // Register defines the flags on fs.
@@ -252,12 +270,14 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.IntVar(&f.Shards, "shards", 16, "event_id shards for the dedupe")
 	fs.IntVar(&f.Parts, "parts", 16, "item partitions for the sums")
 	fs.BoolVar(&f.RequireClosed, "require_closed", true, "refuse hours without the _CLOSED marker")
+	fs.StringVar(&f.ListsDir, "lists_dir", "", "the fast path's --lists_out folder: grade the 1h lists published at each hour's end")
+	fs.StringVar(&f.MetricsFile, "metrics_file", "", "write the grades as Prometheus text here (textfile collector)")
 }
 
 // Config turns the flags into a Config (without a store connection).
 func (f *Flags) Config() (Config, error) {
 	cfg := Config{Archive: f.Archive, K: f.K, Shards: f.Shards, Parts: f.Parts, RequireClosed: f.RequireClosed,
-		Project: f.Project, Instance: f.Instance}
+		Project: f.Project, Instance: f.Instance, ListsDir: f.ListsDir, MetricsFile: f.MetricsFile}
 	parse := func(name, v string) (time.Time, error) {
 		t, err := time.Parse(store.HourFormat, v)
 		if err != nil {
