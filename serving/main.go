@@ -11,6 +11,10 @@
 // in memory, so the API can be tried alone; --local=false publishes to
 // Google Cloud Pub/Sub (--pubsub_project) with default credentials.
 // The admin token comes from --admin_token or TOPK_ADMIN_TOKEN.
+// --exact serves GET /v1/charts/daily from the Bigtable exact tables
+// (--bigtable_project, --bigtable_instance): the official emulator when
+// BIGTABLE_EMULATOR_HOST is set (the table is created there if missing),
+// else Google Cloud with default credentials.
 //
 // It never imports Beam: `go list -deps ./serving | grep beam` prints nothing.
 package main
@@ -29,6 +33,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/topk-dev/topk/serving/api"
+	"github.com/topk-dev/topk/transforms/exact/store"
 )
 
 // redisLogger sends go-redis' internal log lines to slog at debug level.
@@ -39,7 +44,7 @@ func (r redisLogger) Printf(ctx context.Context, format string, v ...any) {
 }
 
 func main() {
-	cfg, err := parseFlags(flag.CommandLine, os.Args[1:])
+	cfg, ex, err := parseAllFlags(flag.CommandLine, os.Args[1:])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
@@ -56,15 +61,54 @@ func main() {
 	redis.SetLogger(redisLogger{cfg.Logger})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if ex.on {
+		st, err := openExact(ctx, ex)
+		if err != nil {
+			cfg.Logger.Error("serving failed", "err", err)
+			os.Exit(1)
+		}
+		defer st.Close()
+		cfg.Exact = st
+	}
 	if err := api.Run(ctx, cfg); err != nil {
 		cfg.Logger.Error("serving failed", "err", err)
 		os.Exit(1)
 	}
 }
 
+// exactFlags say whether and where to read the exact tables.
+type exactFlags struct {
+	on                bool
+	project, instance string
+}
+
+// openExact opens the exact store; on an emulator it also creates the table
+// (a fresh emulator has none; in Google Cloud the recount provisions it).
+func openExact(ctx context.Context, ex exactFlags) (*store.Store, error) {
+	st, err := store.Open(ctx, ex.project, ex.instance)
+	if err != nil {
+		return nil, fmt.Errorf("exact tables: %w", err)
+	}
+	if os.Getenv("BIGTABLE_EMULATOR_HOST") != "" {
+		if err := st.EnsureTables(ctx); err != nil {
+			st.Close()
+			return nil, fmt.Errorf("exact tables: %w", err)
+		}
+	}
+	return st, nil
+}
+
 // parseFlags turns the command line (and TOPK_ADMIN_TOKEN) into a Config.
 func parseFlags(fs *flag.FlagSet, args []string) (api.Config, error) {
+	cfg, _, err := parseAllFlags(fs, args)
+	return cfg, err
+}
+
+// parseAllFlags is parseFlags plus the exact-table flags, which main acts on
+// (opening a Bigtable client is not parsing).
+func parseAllFlags(fs *flag.FlagSet, args []string) (api.Config, exactFlags, error) {
 	var cfg api.Config
+	var ex exactFlags
 	var types, logLevel string
 	fs.StringVar(&cfg.Addr, "addr", ":8080", "listen address")
 	fs.StringVar(&cfg.RedisAddr, "redis", "", "Redis address (default REDIS_ADDR, else an embedded Redis)")
@@ -77,11 +121,14 @@ func parseFlags(fs *flag.FlagSet, args []string) (api.Config, error) {
 	fs.StringVar(&cfg.KeyPrefix, "key_prefix", "topk", "Redis key prefix of the lists")
 	fs.StringVar(&types, "types", "", "comma-separated item types accepted before their first list is published")
 	fs.StringVar(&logLevel, "log_level", "info", "debug, info, warn or error")
+	fs.BoolVar(&ex.on, "exact", false, "serve /v1/charts/daily from the Bigtable exact tables (BIGTABLE_EMULATOR_HOST selects the emulator)")
+	fs.StringVar(&ex.project, "bigtable_project", "topk-local", "Bigtable project of the exact tables")
+	fs.StringVar(&ex.instance, "bigtable_instance", "topk", "Bigtable instance of the exact tables")
 	if err := fs.Parse(args); err != nil {
-		return cfg, err
+		return cfg, ex, err
 	}
 	if fs.NArg() > 0 {
-		return cfg, fmt.Errorf("unexpected arguments: %v", fs.Args())
+		return cfg, ex, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
 	for _, t := range strings.Split(types, ",") {
 		if t = strings.TrimSpace(t); t != "" {
@@ -90,11 +137,11 @@ func parseFlags(fs *flag.FlagSet, args []string) (api.Config, error) {
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(logLevel)); err != nil {
-		return cfg, fmt.Errorf("--log_level: %w", err)
+		return cfg, ex, fmt.Errorf("--log_level: %w", err)
 	}
 	cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	if cfg.StaleAfter == 0 {
 		cfg.StaleAfter = api.DefaultStaleAfter
 	}
-	return cfg, cfg.Validate()
+	return cfg, ex, cfg.Validate()
 }

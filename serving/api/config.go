@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/topk-dev/topk/schemas"
+	"github.com/topk-dev/topk/transforms/exact/store"
 )
 
 // MaxK is the largest k a read may ask for.
@@ -52,6 +53,11 @@ type Config struct {
 	// published (they get 404 instead of 400 until then).
 	Types []string
 
+	// Exact is the Bigtable exact store that GET /v1/charts/daily reads;
+	// it is used as is and never closed by the server. Zero: the endpoint
+	// answers 503 (exact tables not configured).
+	Exact *store.Store
+
 	// StaleAfter marks a list stale when this server has not seen it move
 	// for that long. Zero: 2 minutes.
 	StaleAfter time.Duration
@@ -68,7 +74,9 @@ type Config struct {
 	// schemas.MaxBeaconEvents.
 	MaxEvents int
 	// RenderCacheBytes bounds the rendered responses cached per list
-	// version; renders beyond it are served but not kept. Zero: 16 MiB.
+	// version, and separately the daily charts cached (their summed top
+	// lists and renders); renders beyond it are served but not kept.
+	// Zero: 16 MiB.
 	RenderCacheBytes int64
 	// ShutdownTimeout bounds the graceful shutdown of Run. Zero: 10 s.
 	ShutdownTimeout time.Duration

@@ -42,6 +42,21 @@
 //	     If-None-Match; gzip on Accept-Encoding. Each response is rendered
 //	     once per (list version, k, removals, stale) and served from bytes.
 //	GET  /v1/lists    every list held: key, version, as_of, stale.
+//	GET  /v1/charts/daily?type=video&scope=global&date=2026-11-30&k=100
+//	     The exact chart of one UTC day from the Bigtable exact tables
+//	     (Config.Exact; 503 "exact tables not configured" without it): the
+//	     hourly exact counts of the day's hours that the recount marked done
+//	     (store.DoneHours), summed per item, ranked by count (ties by item),
+//	     minus removed items, the first k (1..1000, default 100):
+//	     {"type","scope","date","final","hours_recounted","items":[{"rank",
+//	     "item","count"}]}. final is true once all 24 hours are recounted;
+//	     hours not yet done are left out, never read half written. type,
+//	     scope and k are checked as for /v1/top; date (YYYY-MM-DD) is
+//	     required and 400 when malformed or in the future. Cached per
+//	     (type, scope, date), rendered per (k, removals): a final day until
+//	     evicted (Cache-Control max-age 3600), another for a minute
+//	     (max-age 60); strong ETag, 304, gzip as for /v1/top. 503 with
+//	     Retry-After when Bigtable fails.
 //	POST /v1/events   a JSON beacon {"beacon_id":..,"events":[..]}
 //	     (Content-Type application/json). Events are validated with
 //	     schemas.DefaultValidator; the accepted ones are published to the

@@ -34,6 +34,7 @@ type Server struct {
 	pub     *pubsub.Publisher
 	metrics *metrics
 	state   state
+	charts  *chartCache
 	handler http.Handler
 	ready   atomic.Bool
 
@@ -62,6 +63,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger}
 	s.metrics = newMetrics(cfg.Registry, s)
+	s.charts = newChartCache(cfg.RenderCacheBytes)
 	s.state.rem.Store(newRemovalSet(0, nil))
 	s.state.cat.Store(newCatalog(nil, cfg.Types))
 	ok := false
@@ -112,7 +114,7 @@ func New(cfg Config) (*Server, error) {
 		defer close(s.bgDone)
 		s.refresher(bg, moves, rems)
 	}()
-	s.handler = s.routes()
+	s.handler = s.withCharts(s.routes())
 	s.ready.Store(true)
 	s.log.Info("lists loaded", "lists", len(s.state.cat.Load().keys), "removals", len(s.state.rem.Load().all))
 	ok = true
@@ -150,6 +152,19 @@ func (s *Server) connectPubSub(ctx context.Context) error {
 	s.pub = s.ps.Publisher(cfg.Topic)
 	s.pub.PublishSettings.DelayThreshold = 2 * time.Millisecond
 	return nil
+}
+
+// withCharts routes GET /v1/charts/daily (charts.go) and everything else to
+// next.
+func (s *Server) withCharts(next http.Handler) http.Handler {
+	charts := s.handle("charts", s.handleCharts)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/charts/daily" {
+			charts.ServeHTTP(w, r)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // Handler is the server's HTTP handler (every route, instrumented).
