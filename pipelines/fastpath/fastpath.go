@@ -8,6 +8,7 @@
 //	   buckets -> sliding 1m/10s  -> lists(1m)
 //	   buckets -> sliding 5m/10s  -> lists(5m)
 //	   buckets -> fixed 1m -> sliding 1h/1m -> lists(1h)
+//	   fixed 1m -> stitch.OpenParts -> stitch.Lists -> lists(24h, all)   (Config.Long)
 //	   lists -> publish (Redis blob + pointer, files); dead letters -> files
 package fastpath
 
@@ -26,6 +27,7 @@ import (
 	"github.com/topk-dev/topk/transforms/preagg"
 	"github.com/topk-dev/topk/transforms/publish"
 	"github.com/topk-dev/topk/transforms/source"
+	"github.com/topk-dev/topk/transforms/stitch"
 )
 
 // Config is the whole fast path's configuration.
@@ -40,6 +42,10 @@ type Config struct {
 	// Windows to publish; each of 1m, 5m, 1h (24h and all come from the
 	// exact path's stitching).
 	Windows []schemas.Window
+	// Long adds the 24h and all lists: the exact tables in Exact stitched
+	// with the open hours' minute summaries (transforms/stitch).
+	Long  bool
+	Exact stitch.StoreConfig
 }
 
 // DefaultConfig publishes 1m, 5m and 1h lists with the default counting
@@ -70,6 +76,11 @@ func (c Config) validateAfterSource() error {
 	}
 	if len(c.Windows) == 0 {
 		return errors.New("no windows to publish")
+	}
+	if c.Long {
+		if err := c.Exact.Validate(); err != nil {
+			return err
+		}
 	}
 	for _, w := range c.Windows {
 		if !slices.Contains([]schemas.Window{schemas.Window1m, schemas.Window5m, schemas.Window1h}, w) {
@@ -122,6 +133,14 @@ func buildFrom(s beam.Scope, beacons, srcDead beam.PCollection, cfg Config) erro
 		}
 		// One publish step per window: Flatten needs equal windowing.
 		publish.Lists(s, merge.Lists(s, windowed, w, cfg.Lists), cfg.Publish)
+	}
+	if cfg.Long {
+		if !minutes.IsValid() {
+			minutes = counter.Fixed(s, buckets, time.Minute)
+		}
+		sc := stitch.DefaultConfig()
+		sc.Store, sc.K, sc.Margin = cfg.Exact, cfg.Lists.K, cfg.Lists.Margin
+		publish.Lists(s, stitch.Lists(s, stitch.OpenParts(s, minutes, sc), sc), cfg.Publish)
 	}
 	return nil
 }
