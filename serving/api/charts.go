@@ -61,38 +61,11 @@ type dayKey struct {
 // date no later than today (UTC, by now), k as /v1/top. Unknown and repeated
 // parameters are rejected.
 func parseChartQuery(raw string, cat *catalog, now time.Time) (chartQuery, *apiError) {
-	var typ, scope, date, kstr string
-	var seen [4]bool
-	for raw != "" {
-		var part string
-		part, raw, _ = strings.Cut(raw, "&")
-		if part == "" {
-			continue
-		}
-		rawName, rawVal, _ := strings.Cut(part, "=")
-		name, ok1 := unescape(rawName)
-		val, ok2 := unescape(rawVal)
-		if !ok1 || !ok2 {
-			return chartQuery{}, badParam("", chartParams, "query string: bad percent-escape in %s", quoteTrunc(part))
-		}
-		i := -1
-		switch name {
-		case "type":
-			i, typ = 0, val
-		case "scope":
-			i, scope = 1, val
-		case "date":
-			i, date = 2, val
-		case "k":
-			i, kstr = 3, val
-		default:
-			return chartQuery{}, badParam(name, chartParams, "unknown parameter %s; allowed: type, scope, date, k", quoteTrunc(name))
-		}
-		if seen[i] {
-			return chartQuery{}, badParam(name, nil, "parameter %q given more than once", name)
-		}
-		seen[i] = true
+	v, seen, aerr := parseQuery(raw, chartParams)
+	if aerr != nil {
+		return chartQuery{}, aerr
 	}
+	typ, scope, date, kstr := v[0], v[1], v[2], v[3]
 	q := chartQuery{k: defaultK}
 	if !seen[1] {
 		scope = schemas.ScopeGlobal

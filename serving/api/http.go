@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -199,4 +201,33 @@ func gzipBytes(b []byte) []byte {
 	zw.Write(b)
 	zw.Close()
 	return buf.Bytes()
+}
+
+// parseQuery splits a raw query string into the values of params (in that
+// order), rejecting bad escapes, unknown names and repeated parameters with
+// a 400 that names them. seen[i] reports whether params[i] was given.
+func parseQuery(raw string, params []string) (vals []string, seen []bool, aerr *apiError) {
+	vals, seen = make([]string, len(params)), make([]bool, len(params))
+	for raw != "" {
+		var part string
+		part, raw, _ = strings.Cut(raw, "&")
+		if part == "" {
+			continue
+		}
+		rawName, rawVal, _ := strings.Cut(part, "=")
+		name, ok1 := unescape(rawName)
+		val, ok2 := unescape(rawVal)
+		if !ok1 || !ok2 {
+			return nil, nil, badParam("", params, "query string: bad percent-escape in %s", quoteTrunc(part))
+		}
+		i := slices.Index(params, name)
+		if i < 0 {
+			return nil, nil, badParam(name, params, "unknown parameter %s; allowed: %s", quoteTrunc(name), strings.Join(params, ", "))
+		}
+		if seen[i] {
+			return nil, nil, badParam(name, nil, "parameter %q given more than once", name)
+		}
+		vals[i], seen[i] = val, true
+	}
+	return vals, seen, nil
 }

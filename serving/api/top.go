@@ -54,38 +54,11 @@ func unescape(s string) (string, bool) {
 // It rejects unknown and repeated parameters, so that a typo is an error and
 // not a default.
 func parseTopQuery(raw string, cat *catalog) (topQuery, *apiError) {
-	var typ, scope, window, kstr string
-	var seen [4]bool
-	for raw != "" {
-		var part string
-		part, raw, _ = strings.Cut(raw, "&")
-		if part == "" {
-			continue
-		}
-		rawName, rawVal, _ := strings.Cut(part, "=")
-		name, ok1 := unescape(rawName)
-		val, ok2 := unescape(rawVal)
-		if !ok1 || !ok2 {
-			return topQuery{}, badParam("", topParams, "query string: bad percent-escape in %s", quoteTrunc(part))
-		}
-		i := -1
-		switch name {
-		case "type":
-			i, typ = 0, val
-		case "scope":
-			i, scope = 1, val
-		case "window":
-			i, window = 2, val
-		case "k":
-			i, kstr = 3, val
-		default:
-			return topQuery{}, badParam(name, topParams, "unknown parameter %s; allowed: type, scope, window, k", quoteTrunc(name))
-		}
-		if seen[i] {
-			return topQuery{}, badParam(name, nil, "parameter %q given more than once", name)
-		}
-		seen[i] = true
+	v, seen, aerr := parseQuery(raw, topParams)
+	if aerr != nil {
+		return topQuery{}, aerr
 	}
+	typ, scope, window, kstr := v[0], v[1], v[2], v[3]
 	q := topQuery{k: defaultK}
 
 	switch {
