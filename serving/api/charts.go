@@ -197,34 +197,11 @@ func (s *Server) handleCharts(w http.ResponseWriter, r *http.Request) error {
 		e.header = map[string]string{"Retry-After": "5"}
 		return e
 	}
-	h := w.Header()
-	h["Content-Type"] = jsonContentType
+	cc := ccChartRecent
 	if final {
-		h["Cache-Control"] = ccChartFinal
-	} else {
-		h["Cache-Control"] = ccChartRecent
+		cc = ccChartFinal
 	}
-	h["Vary"] = varyAE
-	gz := acceptsGzip(r.Header)
-	etag := rd.etagHdr
-	if gz {
-		etag = rd.gzEtagHdr
-	}
-	h["Etag"] = etag
-	if len(r.Header["If-None-Match"]) > 0 && etagMatches(r.Header, etag[0]) {
-		w.WriteHeader(http.StatusNotModified)
-		return nil
-	}
-	body, clen := rd.body, rd.lenHdr
-	if gz {
-		body, clen = rd.gzipped()
-		h["Content-Encoding"] = gzipEnc
-	}
-	h["Content-Length"] = clen
-	w.WriteHeader(http.StatusOK)
-	if r.Method != http.MethodHead {
-		w.Write(body)
-	}
+	serveRendered(w, r, rd, cc)
 	return nil
 }
 

@@ -172,13 +172,21 @@ func (s *Server) handleTop(w http.ResponseWriter, r *http.Request) error {
 	}
 	stale := s.cfg.Now().Sub(v.seenAt) > s.cfg.StaleAfter
 	rd := v.response(q.k, stale, s.state.rem.Load(), s.cfg.RenderCacheBytes, s.metrics)
+	cc := ccShort
+	if q.key.Window == schemas.Window24h || q.key.Window == schemas.WindowAll {
+		cc = ccLong
+	}
+	serveRendered(w, r, rd, cc)
+	return nil
+}
+
+// serveRendered answers with a pre-rendered response: JSON with the given
+// Cache-Control, an ETag per encoding, 304 on If-None-Match, gzip when
+// accepted, no body for HEAD. Nothing is marshalled here.
+func serveRendered(w http.ResponseWriter, r *http.Request, rd *rendered, cacheControl []string) {
 	h := w.Header()
 	h["Content-Type"] = jsonContentType
-	if q.key.Window == schemas.Window24h || q.key.Window == schemas.WindowAll {
-		h["Cache-Control"] = ccLong
-	} else {
-		h["Cache-Control"] = ccShort
-	}
+	h["Cache-Control"] = cacheControl
 	h["Vary"] = varyAE
 	gz := acceptsGzip(r.Header)
 	etag := rd.etagHdr
@@ -188,7 +196,7 @@ func (s *Server) handleTop(w http.ResponseWriter, r *http.Request) error {
 	h["Etag"] = etag
 	if len(r.Header["If-None-Match"]) > 0 && etagMatches(r.Header, etag[0]) {
 		w.WriteHeader(http.StatusNotModified)
-		return nil
+		return
 	}
 	body, clen := rd.body, rd.lenHdr
 	if gz {
@@ -200,7 +208,6 @@ func (s *Server) handleTop(w http.ResponseWriter, r *http.Request) error {
 	if r.Method != http.MethodHead {
 		w.Write(body)
 	}
-	return nil
 }
 
 // listInfo is one entry of GET /v1/lists.
