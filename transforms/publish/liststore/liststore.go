@@ -349,13 +349,20 @@ func ParseListKey(s string) (schemas.ListKey, error) {
 // is why readers also poll. A slow reader drops messages after a short wait
 // rather than blocking the connection.
 func (st *Store) Subscribe(ctx context.Context) (<-chan schemas.ListKey, error) {
-	ps := st.c.Subscribe(ctx, st.opts.Channel)
+	return subscribe(ctx, st.c, st.opts.Channel, 256, ParseListKey)
+}
+
+// subscribe relays a Redis channel's messages, decoded by parse (messages
+// that do not decode are skipped), until ctx is done, then closes the
+// channel it returns.
+func subscribe[T any](ctx context.Context, c redis.UniversalClient, channel string, size int, parse func(string) (T, error)) (<-chan T, error) {
+	ps := c.Subscribe(ctx, channel)
 	if _, err := ps.Receive(ctx); err != nil {
 		ps.Close()
-		return nil, fmt.Errorf("subscribe %s: %w", st.opts.Channel, err)
+		return nil, fmt.Errorf("subscribe %s: %w", channel, err)
 	}
-	out := make(chan schemas.ListKey, 256)
-	in := ps.Channel(redis.WithChannelSize(256))
+	out := make(chan T, size)
+	in := ps.Channel(redis.WithChannelSize(size))
 	go func() {
 		defer close(out)
 		defer ps.Close()
@@ -367,12 +374,12 @@ func (st *Store) Subscribe(ctx context.Context) (<-chan schemas.ListKey, error) 
 				if !ok {
 					return
 				}
-				k, err := ParseListKey(m.Payload)
+				v, err := parse(m.Payload)
 				if err != nil {
 					continue
 				}
 				select {
-				case out <- k:
+				case out <- v:
 				case <-ctx.Done():
 					return
 				}
@@ -508,35 +515,9 @@ func (st *Store) Removals(ctx context.Context) ([]Removal, error) {
 // channel is closed. Like Subscribe, it can miss events across a reconnect:
 // readers also reload Removals periodically.
 func (st *Store) SubscribeRemovals(ctx context.Context) (<-chan RemovalEvent, error) {
-	ps := st.c.Subscribe(ctx, st.opts.RemovalsChannel)
-	if _, err := ps.Receive(ctx); err != nil {
-		ps.Close()
-		return nil, fmt.Errorf("subscribe %s: %w", st.opts.RemovalsChannel, err)
-	}
-	out := make(chan RemovalEvent, 64)
-	in := ps.Channel(redis.WithChannelSize(64))
-	go func() {
-		defer close(out)
-		defer ps.Close()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case m, ok := <-in:
-				if !ok {
-					return
-				}
-				var ev RemovalEvent
-				if err := json.Unmarshal([]byte(m.Payload), &ev); err != nil {
-					continue
-				}
-				select {
-				case out <- ev:
-				case <-ctx.Done():
-					return
-				}
-			}
-		}
-	}()
-	return out, nil
+	return subscribe(ctx, st.c, st.opts.RemovalsChannel, 64, func(p string) (RemovalEvent, error) {
+		var ev RemovalEvent
+		err := json.Unmarshal([]byte(p), &ev)
+		return ev, err
+	})
 }
