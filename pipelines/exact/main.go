@@ -52,6 +52,7 @@ import (
 	"google.golang.org/api/option"
 
 	"github.com/topk-dev/topk/schemas"
+	"github.com/topk-dev/topk/transforms/archive"
 	"github.com/topk-dev/topk/transforms/exact/store"
 	"github.com/topk-dev/topk/transforms/grade"
 )
@@ -148,39 +149,18 @@ func Run(ctx context.Context, cfg Config) ([]HourReport, error) {
 	return reps, nil
 }
 
-// HourFiles lists an hour's archive files: *.parquet in the hour folder and
-// in its late/ folder, skipping temp files (leading '.' or '_').
-func HourFiles(root string, hour time.Time) ([]string, error) {
-	dir := schemas.ArchiveHourPath(root, hour)
-	var out []string
-	for _, d := range []string{dir, filepath.Join(dir, schemas.ArchiveLateDir)} {
-		m, err := filepath.Glob(filepath.Join(d, "*.parquet"))
-		if err != nil {
-			return nil, err
-		}
-		for _, p := range m {
-			if b := filepath.Base(p); !strings.HasPrefix(b, ".") && !strings.HasPrefix(b, "_") {
-				out = append(out, p)
-			}
-		}
-	}
-	return out, nil
-}
-
 func runHour(ctx context.Context, cfg Config, st *store.Store, hour time.Time) (HourReport, error) {
 	start := time.Now()
 	rep := HourReport{Hour: store.HourKey(hour), Metrics: map[string]int64{}}
 	if hour != hour.Truncate(time.Hour) {
 		return rep, fmt.Errorf("not a whole hour")
 	}
-	if cfg.RequireClosed {
-		if _, err := os.Stat(filepath.Join(schemas.ArchiveHourPath(cfg.Archive, hour), schemas.ArchiveClosed)); err != nil {
-			return rep, fmt.Errorf("hour is not closed (no %s marker): %w", schemas.ArchiveClosed, err)
-		}
-	}
-	files, err := HourFiles(cfg.Archive, hour)
+	files, closed, err := archive.ListHour(cfg.Archive, hour)
 	if err != nil {
 		return rep, err
+	}
+	if cfg.RequireClosed && !closed {
+		return rep, fmt.Errorf("hour is not closed (no %s marker)", schemas.ArchiveClosed)
 	}
 	rep.Files = len(files)
 	exactPath := schemas.ExactHourPath(cfg.Archive, hour)

@@ -21,7 +21,6 @@ import (
 	"io"
 	"log"
 	"os"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -29,6 +28,7 @@ import (
 	"github.com/parquet-go/parquet-go"
 
 	"github.com/topk-dev/topk/schemas"
+	archivefiles "github.com/topk-dev/topk/transforms/archive"
 )
 
 type key struct{ typ, scope, item string }
@@ -42,7 +42,7 @@ func main() {
 		log.Fatalf("mapcount: need --archive and --hour=YYYY-MM-DDTHH (%v)", err)
 	}
 	start := time.Now()
-	files, err := hourFiles(*archive, hour)
+	files, _, err := archivefiles.ListHour(*archive, hour)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -128,25 +128,6 @@ func main() {
 	if err := json.NewEncoder(os.Stdout).Encode(out); err != nil {
 		log.Fatal(err)
 	}
-}
-
-// hourFiles is pipelines/exact's HourFiles: *.parquet in the hour folder and
-// its late/ folder, without temp files (leading '.' or '_').
-func hourFiles(root string, hour time.Time) ([]string, error) {
-	dir := filepath.FromSlash(schemas.ArchiveHourPath(root, hour))
-	var out []string
-	for _, d := range []string{dir, filepath.Join(dir, schemas.ArchiveLateDir)} {
-		m, err := filepath.Glob(filepath.Join(d, "*.parquet"))
-		if err != nil {
-			return nil, err
-		}
-		for _, p := range m {
-			if b := filepath.Base(p); !strings.HasPrefix(b, ".") && !strings.HasPrefix(b, "_") {
-				out = append(out, p)
-			}
-		}
-	}
-	return out, nil
 }
 
 // vmhwm is the process's peak resident set size in KB (/proc/self/status).
