@@ -48,9 +48,9 @@ import (
 	"time"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
-	"github.com/apache/beam/sdks/v2/go/pkg/beam/x/beamx"
 	"google.golang.org/api/option"
 
+	"github.com/topk-dev/topk/pipelines/internal/beamrun"
 	"github.com/topk-dev/topk/schemas"
 	"github.com/topk-dev/topk/transforms/archive"
 	"github.com/topk-dev/topk/transforms/exact/store"
@@ -101,19 +101,7 @@ type HourReport struct {
 // BeamRunner runs p with beamx.RunWithMetrics (Beam's --runner flag; Prism
 // when unset) and returns the "topk" counters.
 func BeamRunner(ctx context.Context, p *beam.Pipeline) (map[string]int64, error) {
-	res, err := beamx.RunWithMetrics(ctx, p)
-	if err != nil {
-		return nil, err
-	}
-	m := map[string]int64{}
-	if res != nil {
-		for _, c := range res.Metrics().AllMetrics().Counters() {
-			if c.Namespace() == "topk" {
-				m[c.Name()] += c.Result()
-			}
-		}
-	}
-	return m, nil
+	return beamrun.Counters(ctx, p, "topk")
 }
 
 // Run recounts cfg.Hours one after another.

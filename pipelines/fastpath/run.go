@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
-	"github.com/apache/beam/sdks/v2/go/pkg/beam/x/beamx"
 
+	"github.com/topk-dev/topk/pipelines/internal/beamrun"
 	"github.com/topk-dev/topk/schemas"
 	"github.com/topk-dev/topk/transforms/publish/liststore"
 )
@@ -17,20 +17,8 @@ import (
 // --runner flag; Prism in-process when unset) and returns the "topk"
 // counters summed over steps.
 func BeamRunner(ctx context.Context, p *beam.Pipeline) (Metrics, error) {
-	res, err := beamx.RunWithMetrics(ctx, p)
-	if err != nil {
-		return nil, err
-	}
-	m := Metrics{}
-	if res == nil {
-		return m, nil
-	}
-	for _, c := range res.Metrics().AllMetrics().Counters() {
-		if c.Namespace() == "topk" {
-			m[c.Name()] += c.Result()
-		}
-	}
-	return m, nil
+	m, err := beamrun.Counters(ctx, p, "topk")
+	return Metrics(m), err
 }
 
 // LagObserver measures publish lag as a reader sees it: for every pointer

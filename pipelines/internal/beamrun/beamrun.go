@@ -1,0 +1,30 @@
+// Package beamrun runs a pipeline on the runner Beam's --runner flag names
+// (Prism in-process when unset) and reads back one namespace's counters: the
+// one way every topk pipeline command runs.
+package beamrun
+
+import (
+	"context"
+
+	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/x/beamx"
+)
+
+// Counters runs p with beamx.RunWithMetrics and returns the counters of
+// namespace, summed over steps.
+func Counters(ctx context.Context, p *beam.Pipeline, namespace string) (map[string]int64, error) {
+	res, err := beamx.RunWithMetrics(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	m := map[string]int64{}
+	if res == nil {
+		return m, nil
+	}
+	for _, c := range res.Metrics().AllMetrics().Counters() {
+		if c.Namespace() == namespace {
+			m[c.Name()] += c.Result()
+		}
+	}
+	return m, nil
+}
