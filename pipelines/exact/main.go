@@ -10,12 +10,12 @@
 //
 //  1. write the exact hourly table as Parquet at
 //     ARCHIVE/exact/hour=.../counts.parquet (temp + rename: overwrite);
-//  2. overwrite the hour's counts in Bigtable (store.WriteHour);
-//  3. recompute the 24-hour totals and candidates from the 24 hourly
-//     partitions of the window (store.Recompute24h);
-//  4. apply the hour to all-time totals by the difference from the ledger
-//     (store.ApplyAllTime) and update the all-time candidates;
-//  5. mark the hour done and move exact_until over the done hours that
+//  2. overwrite the hour's counts in Bigtable and apply them to the all-time
+//     totals by the difference from what the hour's last run wrote, then
+//     update the all-time candidates (store.WriteHour);
+//  3. recompute the 24-hour candidates from the 24 hourly partitions of the
+//     window (store.Recompute24h);
+//  4. mark the hour done and move exact_until over the done hours that
 //     follow it without a gap.
 //
 // The Beam job only counts: it writes one Parquet file per item partition
@@ -178,7 +178,7 @@ func runHour(ctx context.Context, cfg Config, st *store.Store, hour time.Time) (
 	if err := writeParquet(exactPath, counts); err != nil {
 		return rep, err
 	}
-	if err := st.WriteHour(ctx, hour, counts); err != nil {
+	if err := st.WriteHour(ctx, hour, counts, cfg.K); err != nil {
 		return rep, err
 	}
 	// The store holds one 24-hour window. A new hour moves it to end at
@@ -195,9 +195,6 @@ func runHour(ctx context.Context, cfg Config, st *store.Store, hour time.Time) (
 		err = st.Recompute24h(ctx, held, cfg.K)
 	}
 	if err != nil {
-		return rep, err
-	}
-	if err := st.ApplyAllTime(ctx, hour, counts, cfg.K); err != nil {
 		return rep, err
 	}
 	if err := st.MarkHourDone(ctx, hour); err != nil {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net/http"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,8 +29,6 @@ const (
 	chartTTL = time.Minute
 	// chartTimeout bounds one computation against Bigtable.
 	chartTimeout = 20 * time.Second
-	// chartWorkers is the number of hours scanned concurrently.
-	chartWorkers = 6
 	// chartComputations bounds the days computed at once, so a flood of
 	// distinct uncached queries queues instead of multiplying Bigtable scans.
 	chartComputations = 2
@@ -308,9 +305,9 @@ func (s *Server) computeDay(key dayKey, rs *removalSet, now time.Time, call *cha
 	close(call.done)
 }
 
-// sumDay reads which hours of the day are done, sums their hourly exact
-// counts and keeps the limit largest. Hours not marked done are not read: a
-// chart never shows an hour the recount is still writing.
+// sumDay reads which hours of the day are done and asks the store for the
+// exact top limit of those hours (store.TopOfHours). Hours not marked done
+// are not read: a chart never shows an hour the recount is still writing.
 func (s *Server) sumDay(ctx context.Context, key dayKey, limit int) (*dayChart, error) {
 	done, err := s.cfg.Exact.DoneHours(ctx)
 	if err != nil {
@@ -323,52 +320,18 @@ func (s *Server) sumDay(ctx context.Context, key dayKey, limit int) (*dayChart, 
 			hours = append(hours, h)
 		}
 	}
-	sums := map[string]int64{}
-	var mu sync.Mutex
-	var firstErr error
-	work := make(chan time.Time)
-	var wg sync.WaitGroup
-	for range min(chartWorkers, len(hours)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for h := range work {
-				counts, err := s.cfg.Exact.HourCounts(ctx, h, key.typ, key.scope)
-				mu.Lock()
-				if err != nil && firstErr == nil {
-					firstErr = fmt.Errorf("hour %s: %w", h.Format(time.RFC3339), err)
-				}
-				for _, c := range counts {
-					sums[c.Item] += c.Count
-				}
-				mu.Unlock()
-			}
-		}()
+	exact, err := s.cfg.Exact.TopOfHours(ctx, key.typ, key.scope, hours, limit)
+	if err != nil {
+		return nil, err
 	}
-	for _, h := range hours {
-		work <- h
+	top := make([]chartEntry, len(exact))
+	for i, e := range exact {
+		top[i] = chartEntry{Item: e.Item, Count: e.Count}
 	}
-	close(work)
-	wg.Wait()
-	if firstErr != nil {
-		return nil, firstErr
-	}
-	top := make([]chartEntry, 0, len(sums))
-	for item, n := range sums {
-		if n > 0 {
-			top = append(top, chartEntry{Item: item, Count: n})
-		}
-	}
-	sort.Slice(top, func(i, j int) bool {
-		if top[i].Count != top[j].Count {
-			return top[i].Count > top[j].Count
-		}
-		return top[i].Item < top[j].Item
-	})
 	d := &dayChart{final: len(hours) == 24, hours: len(hours), renders: map[renderKey]*rendered{}}
-	if len(top) > limit {
-		top, d.cut = top[:limit:limit], true
-	}
+	// A chart of exactly limit entries may have been cut; a longer one is
+	// computed when removals need it.
+	d.cut = len(top) >= limit
 	d.top = top
 	for _, e := range top {
 		d.bytes += int64(len(e.Item)) + 48

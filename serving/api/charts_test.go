@@ -129,7 +129,7 @@ func genDay(t *testing.T, st *store.Store, seed uint64) []schemas.ExactCount {
 					Item: fmt.Sprintf("v#%d%%", i), Count: int64(1 + rng.IntN(40)*rng.IntN(40))})
 			}
 		}
-		if err := st.WriteHour(context.Background(), hour, counts); err != nil {
+		if err := st.WriteHour(context.Background(), hour, counts, MaxK); err != nil {
 			t.Fatal(err)
 		}
 		all = append(all, counts...)
@@ -259,7 +259,7 @@ func TestChartsDailyExact(t *testing.T) {
 
 		// A final day is served from the cache: rewriting an hour in the
 		// store does not change it.
-		if err := st.WriteHour(ctx, chartDay, nil); err != nil {
+		if err := st.WriteHour(ctx, chartDay, nil, MaxK); err != nil {
 			t.Fatal(err)
 		}
 		if _, b2, _ := e.chart(t, path, nil); !bytes.Equal(b2, body) {
@@ -301,7 +301,7 @@ func TestChartsRemovalsBeyondCut(t *testing.T) {
 	for i := range 1100 {
 		counts = append(counts, schemas.ExactCount{Hour: chartDay, Type: "video", Scope: "global", Item: fmt.Sprintf("i%04d", i), Count: int64(5000 - i)})
 	}
-	if err := st.WriteHour(ctx, chartDay, counts); err != nil {
+	if err := st.WriteHour(ctx, chartDay, counts, MaxK); err != nil {
 		t.Fatal(err)
 	}
 	if err := st.MarkHourDone(ctx, chartDay); err != nil {

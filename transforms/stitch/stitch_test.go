@@ -101,13 +101,10 @@ func (f *fixture) recount(t *testing.T, hour time.Time, counts map[string]int64)
 	for it, n := range counts {
 		ecs = append(ecs, schemas.ExactCount{Hour: hour, Type: typ, Scope: scope, Item: it, Count: n})
 	}
-	if err := f.st.WriteHour(ctx, hour, ecs); err != nil {
+	if err := f.st.WriteHour(ctx, hour, ecs, 3*k); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.st.Recompute24h(ctx, hour.Add(time.Hour), 3*k); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.st.ApplyAllTime(ctx, hour, ecs, 3*k); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.st.MarkHourDone(ctx, hour); err != nil {

@@ -152,11 +152,11 @@ func TestWriteHourRerunIdentical(t *testing.T) {
 		first := genHour(r, hr(5), 200)
 		final := genHour(r, hr(5), 150)
 		other := genHour(r, hr(6), 100)
-		must(t, s.WriteHour(ctx, hr(6), other))
-		must(t, s.WriteHour(ctx, hr(5), first))
+		must(t, s.WriteHour(ctx, hr(6), other, 10))
+		must(t, s.WriteHour(ctx, hr(5), first, 10))
 		var snaps [][]string
 		for range 3 {
-			must(t, s.WriteHour(ctx, hr(5), final))
+			must(t, s.WriteHour(ctx, hr(5), final, 10))
 			snaps = append(snaps, dump(t, s))
 		}
 		for i := 1; i < 3; i++ {
@@ -164,24 +164,53 @@ func TestWriteHourRerunIdentical(t *testing.T) {
 				t.Fatalf("rerun %d changed the table", i+1)
 			}
 		}
-		got, err := s.AllHourCounts(ctx, hr(5))
-		must(t, err)
-		if !equalCounts(got, final) {
-			t.Errorf("hour 5 has %d rows, want the %d of the last write", len(got), len(final))
+		universe := slices.Concat(first, final, other)
+		if got, want := hourCounts(t, s, hr(5), universe), sumOf(final); !maps.Equal(got, want) {
+			t.Errorf("hour 5 has %d counts, want the %d of the last write", len(got), len(want))
 		}
-		got6, err := s.AllHourCounts(ctx, hr(6))
-		must(t, err)
-		if !equalCounts(got6, other) {
+		if got, want := hourCounts(t, s, hr(6), universe), sumOf(other); !maps.Equal(got, want) {
 			t.Errorf("hour 6 changed by writes of hour 5")
 		}
-		in, err := s.HourCounts(ctx, hr(5), "video", "IN")
-		must(t, err)
-		for _, c := range in {
-			if c.Scope != "IN" || !c.Hour.Equal(hr(5)) {
-				t.Fatalf("HourCounts(IN) returned %+v", c)
+		checkTotals(t, s, schemas.WindowAll, universe, sumOf(final, other))
+		for _, l := range [][2]string{{"video", "global"}, {"video", "IN"}} {
+			top, rest, err := s.HourTop(ctx, hr(5), l[0], l[1])
+			must(t, err)
+			var want []schemas.ExactCount
+			for _, c := range final {
+				if c.Type == l[0] && c.Scope == l[1] {
+					want = append(want, c)
+				}
+			}
+			want = topOfList(want, len(want))
+			var wantRest int64
+			if len(want) > 10*10 { // depth TopDepthFactor*k
+				want, wantRest = want[:100], want[100].Count
+			}
+			if len(top) != len(want) || rest != wantRest {
+				t.Fatalf("HourTop(%v) has %d items rest %d, want %d rest %d", l, len(top), rest, len(want), wantRest)
+			}
+			for i := range want {
+				if top[i].Item != want[i].Item || top[i].Count != want[i].Count || !top[i].Hour.Equal(hr(5)) {
+					t.Fatalf("HourTop(%v)[%d] = %+v, want %+v", l, i, top[i], want[i])
+				}
 			}
 		}
 	})
+}
+
+// hourCounts reads the hour's count of every item of universe (both lists)
+// by point reads, keyed as sumOf keys them.
+func hourCounts(t *testing.T, s *Store, hour time.Time, universe []schemas.ExactCount) map[string]int64 {
+	t.Helper()
+	out := map[string]int64{}
+	for _, l := range [][2]string{{"video", "global"}, {"video", "IN"}} {
+		got, err := s.HourCounts(context.Background(), hour, l[0], l[1], items(universe, l[0], l[1]))
+		must(t, err)
+		for it, n := range got {
+			out[l[0]+"/"+l[1]+"/"+it] = n
+		}
+	}
+	return out
 }
 
 func equalCounts(a, b []schemas.ExactCount) bool {
@@ -191,19 +220,19 @@ func equalCounts(a, b []schemas.ExactCount) bool {
 // Property: all-time totals equal the sum of each hour's latest counts; three
 // reruns of an hour leave every table identical; a corrected hour moves the
 // totals by the correction only, including items the correction removed.
-func TestApplyAllTimeRerunSafe(t *testing.T) {
+func TestAllTimeRerunSafe(t *testing.T) {
 	backends(t, func(t *testing.T, s *Store) {
 		ctx := context.Background()
 		r := rand.New(rand.NewPCG(3, 4))
 		hours := [][]schemas.ExactCount{genHour(r, hr(0), 120), genHour(r, hr(1), 120), genHour(r, hr(2), 120)}
 		for i, h := range hours {
-			must(t, s.ApplyAllTime(ctx, hr(i), h, 10))
+			must(t, s.WriteHour(ctx, hr(i), h, 10))
 		}
 		all := slices.Concat(hours...)
 		checkTotals(t, s, schemas.WindowAll, all, sumOf(hours...))
 		before := dump(t, s)
 		for range 3 {
-			must(t, s.ApplyAllTime(ctx, hr(1), hours[1], 10))
+			must(t, s.WriteHour(ctx, hr(1), hours[1], 10))
 			if after := dump(t, s); !slices.Equal(before, after) {
 				t.Fatalf("rerun of hour 1 changed the tables")
 			}
@@ -217,7 +246,7 @@ func TestApplyAllTimeRerunSafe(t *testing.T) {
 			}
 		}
 		for range 2 {
-			must(t, s.ApplyAllTime(ctx, hr(1), fixed, 10))
+			must(t, s.WriteHour(ctx, hr(1), fixed, 10))
 			checkTotals(t, s, schemas.WindowAll, all, sumOf(hours[0], fixed, hours[2]))
 		}
 		checkCandidates(t, s, schemas.WindowAll, sumOf(hours[0], fixed, hours[2]), 30)
@@ -238,7 +267,7 @@ func TestRecompute24h(t *testing.T) {
 				h = append(h, ec(hr(0), "video", "global", "only-h0", 99))
 			}
 			hours = append(hours, h)
-			must(t, s.WriteHour(ctx, hr(i), h))
+			must(t, s.WriteHour(ctx, hr(i), h, 5))
 		}
 		all := slices.Concat(hours...)
 		must(t, s.Recompute24h(ctx, hr(24), 5))
@@ -246,17 +275,17 @@ func TestRecompute24h(t *testing.T) {
 		checkCandidates(t, s, schemas.Window24h, sumOf(hours[0:24]...), 15)
 		// Correct hour 10, then recompute the same end: fixed.
 		fixed := genHour(r, hr(10), 40)
-		must(t, s.WriteHour(ctx, hr(10), fixed))
+		must(t, s.WriteHour(ctx, hr(10), fixed, 5))
 		hours[10] = fixed
 		must(t, s.Recompute24h(ctx, hr(24), 5))
 		checkTotals(t, s, schemas.Window24h, all, sumOf(hours[0:24]...))
 		// Correct hour 0 without only-h0: gone at the same end.
-		must(t, s.WriteHour(ctx, hr(0), hours[0][:len(hours[0])-1]))
+		must(t, s.WriteHour(ctx, hr(0), hours[0][:len(hours[0])-1], 5))
 		must(t, s.Recompute24h(ctx, hr(24), 5))
 		if got, _ := s.Totals(ctx, "video", "global", schemas.Window24h, []string{"only-h0"}); len(got) != 0 {
 			t.Errorf("item removed by a correction still has a 24h total: %v", got)
 		}
-		must(t, s.WriteHour(ctx, hr(0), hours[0]))
+		must(t, s.WriteHour(ctx, hr(0), hours[0], 5))
 		// Move the window: hour 0 drops out.
 		must(t, s.Recompute24h(ctx, hr(26), 5))
 		checkTotals(t, s, schemas.Window24h, all, sumOf(hours[2:26]...))
@@ -282,14 +311,7 @@ func checkCandidates(t *testing.T, s *Store, w schemas.Window, totals map[string
 	for _, scope := range []string{"global", "IN"} {
 		got, _, err := s.Candidates(context.Background(), "video", scope, w)
 		must(t, err)
-		var want []schemas.ExactCount
-		for k, c := range totals {
-			parts := strings.SplitN(k, "/", 3)
-			if parts[1] == scope && c > 0 {
-				want = append(want, schemas.ExactCount{Item: parts[2], Count: c})
-			}
-		}
-		want = topOfList(want, n)
+		want := trueTop(totals, scope, n)
 		if len(got) != len(want) {
 			t.Fatalf("%s/%s: %d candidates, want %d", scope, w, len(got), len(want))
 		}
@@ -302,6 +324,17 @@ func checkCandidates(t *testing.T, s *Store, w schemas.Window, totals map[string
 			}
 		}
 	}
+}
+
+// trueTop is the top n of the video list of scope in totals (sumOf keys).
+func trueTop(totals map[string]int64, scope string, n int) []schemas.ExactCount {
+	var l []schemas.ExactCount
+	for k, c := range totals {
+		if p := strings.SplitN(k, "/", 3); p[1] == scope && c > 0 {
+			l = append(l, schemas.ExactCount{Item: p[2], Count: c})
+		}
+	}
+	return topOfList(l, n)
 }
 
 func topOfList(l []schemas.ExactCount, n int) []schemas.ExactCount {
@@ -323,7 +356,7 @@ func TestAllTimeCandidatesTrueTop(t *testing.T) {
 		for i := range 8 {
 			h := genHour(r, hr(i), 60)
 			hours = append(hours, h)
-			must(t, s.ApplyAllTime(ctx, hr(i), h, 4))
+			must(t, s.WriteHour(ctx, hr(i), h, 4))
 			checkCandidates(t, s, schemas.WindowAll, sumOf(hours...), 12)
 		}
 		// Correct hour 3 down to a few small counts: the old top loses.
@@ -333,11 +366,11 @@ func TestAllTimeCandidatesTrueTop(t *testing.T) {
 			low = append(low, c)
 		}
 		hours[3] = low
-		must(t, s.ApplyAllTime(ctx, hr(3), low, 4))
+		must(t, s.WriteHour(ctx, hr(3), low, 4))
 		checkCandidates(t, s, schemas.WindowAll, sumOf(hours...), 12)
 		// A different k rescans the lists the next hour touches.
 		hours = append(hours, genHour(r, hr(8), 60))
-		must(t, s.ApplyAllTime(ctx, hr(8), hours[8], 6))
+		must(t, s.WriteHour(ctx, hr(8), hours[8], 6))
 		checkCandidates(t, s, schemas.WindowAll, sumOf(hours...), 18)
 	})
 }
@@ -352,17 +385,12 @@ func TestKeyEscaping(t *testing.T) {
 			ec(h, "tag", "IN", "#fun", 3), ec(h, "tag", "IN", "a%23b", 2),
 			ec(h, "tag", "IN-MH", "#fun", 7), ec(h, "tag", "IN", "x#IN-MH#y", 1),
 		}
-		must(t, s.WriteHour(ctx, h, counts))
-		must(t, s.ApplyAllTime(ctx, h, counts, 10))
-		got, err := s.HourCounts(ctx, h, "tag", "IN")
+		must(t, s.WriteHour(ctx, h, counts, 10))
+		got, err := s.HourCounts(ctx, h, "tag", "IN", []string{"#fun", "a%23b", "x#IN-MH#y", "a#b"})
 		must(t, err)
 		want := map[string]int64{"#fun": 3, "a%23b": 2, "x#IN-MH#y": 1}
-		m := map[string]int64{}
-		for _, c := range got {
-			m[c.Item] = c.Count
-		}
-		if !maps.Equal(m, want) {
-			t.Errorf("HourCounts(tag, IN) = %v, want %v", m, want)
+		if !maps.Equal(got, want) {
+			t.Errorf("HourCounts(tag, IN) = %v, want %v", got, want)
 		}
 		tot, err := s.Totals(ctx, "tag", "IN-MH", schemas.WindowAll, []string{"#fun", "a%23b"})
 		must(t, err)
@@ -435,4 +463,46 @@ func must(t *testing.T, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Property: TopOfHours is the exact top of any set of hours (with gaps), by
+// either path: answered from the hours' tops, or by the scan when the tops
+// are too shallow to prove it (small k: tops of 10k items of 60).
+func TestTopOfHours(t *testing.T) {
+	backends(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		r := rand.New(rand.NewPCG(9, 10))
+		var hours [][]schemas.ExactCount
+		for i := range 12 {
+			h := genHour(r, hr(i), 60)
+			hours = append(hours, h)
+			must(t, s.WriteHour(ctx, hr(i), h, 1+i%3))
+		}
+		for trial := range 40 {
+			var set []time.Time
+			var parts [][]schemas.ExactCount
+			for i := range hours {
+				if r.IntN(3) > 0 {
+					set = append(set, hr(i))
+					parts = append(parts, hours[i])
+				}
+			}
+			limit := 1 + r.IntN(12)
+			sums := sumOf(parts...)
+			for _, scope := range []string{"global", "IN"} {
+				got, err := s.TopOfHours(ctx, "video", scope, set, limit)
+				must(t, err)
+				want := trueTop(sums, scope, limit)
+				for i := range want {
+					want[i].Type, want[i].Scope = "video", scope
+				}
+				if !slices.Equal(got, want) {
+					t.Fatalf("trial %d %s limit %d hours %v:\n got %v\nwant %v", trial, scope, limit, set, got, want)
+				}
+			}
+		}
+		if n := s.topScans.Load(); n == 0 {
+			t.Errorf("no TopOfHours call needed the scan: the fallback is untested")
+		}
+	})
 }
