@@ -46,6 +46,11 @@ type Config struct {
 	// with the open hours' minute summaries (transforms/stitch).
 	Long  bool
 	Exact stitch.StoreConfig
+	// LongIdle is how long after a list's last hour with data its open
+	// hours are still reported every minute (0: stitch's default, 26 h,
+	// right for a stream; a bounded replay wants minutes, or its end
+	// fires a day of minute timers).
+	LongIdle time.Duration
 }
 
 // DefaultConfig publishes 1m, 5m and 1h lists with the default counting
@@ -80,6 +85,9 @@ func (c Config) validateAfterSource() error {
 	if c.Long {
 		if err := c.Exact.Validate(); err != nil {
 			return err
+		}
+		if c.LongIdle < 0 {
+			return errors.New("negative long idle limit")
 		}
 	}
 	for _, w := range c.Windows {
@@ -140,6 +148,9 @@ func buildFrom(s beam.Scope, beacons, srcDead beam.PCollection, cfg Config) erro
 		}
 		sc := stitch.DefaultConfig()
 		sc.Store, sc.K, sc.Margin = cfg.Exact, cfg.Lists.K, cfg.Lists.Margin
+		if cfg.LongIdle > 0 {
+			sc.IdleLimit = cfg.LongIdle
+		}
 		publish.Lists(s, stitch.Lists(s, stitch.OpenParts(s, minutes, sc), sc), cfg.Publish)
 	}
 	return nil

@@ -58,6 +58,7 @@ type Flags struct {
 	CPUProfile      string
 	MemoryLimitMB   int
 	Long            bool
+	LongIdle        time.Duration
 	BTProject       string
 	BTInstance      string
 }
@@ -83,6 +84,7 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.DeadLetterDir, "dead_letter_dir", "", "write dead letters here as NDJSON (default LISTS_OUT/deadletter)")
 	fs.StringVar(&f.PubsubEndpoint, "pubsub_endpoint", "", "Pub/Sub emulator host:port (default $PUBSUB_EMULATOR_HOST)")
 	fs.BoolVar(&f.Long, "long", false, "also publish the 24h and all lists: the exact tables (Bigtable, BIGTABLE_EMULATOR_HOST or --bigtable_*) stitched with the open hours")
+	fs.DurationVar(&f.LongIdle, "long_idle", 0, "with --long: how long after a list's last hour with data its open hours are still reported each minute (0: 26h; a bounded replay wants a few minutes)")
 	fs.StringVar(&f.BTProject, "bigtable_project", "topk-local", "Bigtable project of the exact tables (--long)")
 	fs.StringVar(&f.BTInstance, "bigtable_instance", "topk", "Bigtable instance of the exact tables (--long)")
 	fs.IntVar(&f.MemoryLimitMB, "memory_limit_mb", 2560, "Go heap soft limit in MiB (runtime/debug.SetMemoryLimit; GOMEMLIMIT overrides; 0: none). Most of the heap is short-lived summaries: at 1M events/s peak RSS was 4.5 GB without a limit, 2.6 GB with 2,560 MiB, at the same throughput")
@@ -122,7 +124,7 @@ func (f *Flags) Config(redisAddr string) (fastpath.Config, error) {
 	}
 	cfg.Publish.RedisAddr, cfg.Publish.RedisPrefix, cfg.Publish.ListsOut = redisAddr, f.RedisPrefix, f.ListsOut
 	cfg.DeadLetterDir = f.DeadLetterDir
-	cfg.Long = f.Long
+	cfg.Long, cfg.LongIdle = f.Long, f.LongIdle
 	cfg.Exact.Project, cfg.Exact.Instance = f.BTProject, f.BTInstance
 	if cfg.DeadLetterDir == "" && f.ListsOut != "" {
 		cfg.DeadLetterDir = filepath.Join(f.ListsOut, "deadletter")

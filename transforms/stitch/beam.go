@@ -104,11 +104,16 @@ func (fn *openFn) exactUntil(ctx context.Context) (time.Time, error) {
 
 const minuteMs = int64(time.Minute / time.Millisecond)
 
-// setTimer arms the timer of the minute ending at endMs (fires when the
-// watermark passes endMs - 1 ms), one tag per minute so minutes never
-// overwrite each other's timers.
+// setTimer arms the timer of the minute ending at endMs, one tag per minute
+// so minutes never overwrite each other's timers. It fires when the
+// watermark reaches endMs, after every minute summary of the minute
+// (timestamped up to endMs - 1 ms) has arrived, and holds the output at
+// endMs - 1 ms, inside the minute's window. (Firing at endMs - 1 ms fired
+// on Prism before the minute's summary, also stamped endMs - 1 ms, was
+// processed: the minute was reported twice, once without its data.)
 func (fn *openFn) setTimer(tp timers.Provider, endMs int64) {
-	fn.Minute.Set(tp, time.UnixMilli(endMs-1), timers.WithTag(strconv.FormatInt(endMs, 10)))
+	fn.Minute.Set(tp, time.UnixMilli(endMs), timers.WithTag(strconv.FormatInt(endMs, 10)),
+		timers.WithOutputTimestamp(time.UnixMilli(endMs-1)))
 }
 
 // ProcessElement merges a minute summary into its minute entry (a late pane
