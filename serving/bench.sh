@@ -8,6 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 DURATION=${DURATION:-15}
 CONNS=${CONNS:-32}
+# One wrk thread: the load generator gets one core and the server the other,
+# as redis-benchmark (single-threaded) does against Redis.
 THREADS=${THREADS:-1}
 RPORT=${RPORT:-16399}
 HPORT=${HPORT:-18089}
@@ -34,7 +36,7 @@ busy() { awk '/^cpu /{print $2+$3+$4+$7+$8, $5+$6}' /proc/stat; }
 tck=$(getconf CLK_TCK)
 run() { # $1: label, rest: extra wrk args
   local label=$1; shift
-  echo "== wrk -t$THREADS -c$CONNS -d${DURATION}s --latency $* GET /v1/top k=100 ($label)"
+  echo "== wrk -t$THREADS -c$CONNS -d${DURATION}s --latency $* GET /v1/top k=100 ($label), load $(cut -d' ' -f1-3 /proc/loadavg)"
   read -r u0 s0 < <(cpu "${pids[1]}"); read -r b0 i0 < <(busy)
   wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --latency "$@" "$url" | tee "$tmp/wrk.out"
   read -r u1 s1 < <(cpu "${pids[1]}"); read -r b1 i1 < <(busy)
@@ -47,6 +49,6 @@ run identity
 run gzip -H "Accept-Encoding: gzip"
 kill "${pids[1]}" # the API is done: give Redis the machine
 for key in "$blob" topk:bench:k100; do
-  echo "== redis-benchmark -c $CONNS -n 200000 GET $key ($(redis-cli -p "$RPORT" strlen "$key") bytes)"
+  echo "== redis-benchmark -c $CONNS -n 200000 GET $key ($(redis-cli -p "$RPORT" strlen "$key") bytes), load $(cut -d' ' -f1-3 /proc/loadavg)"
   redis-benchmark -p "$RPORT" -c "$CONNS" -n 200000 GET "$key" 2>&1 | tr '\r' '\n' | grep -E 'throughput summary|latency summary' -A2 || true
 done

@@ -116,14 +116,22 @@ func (e *testEnv) publish(t testing.TB, l *schemas.List) {
 	}
 }
 
-// get performs a request and returns the response and its whole body.
+// do performs a request on the test server and returns the response and its
+// whole body.
 func (e *testEnv) do(t testing.TB, method, path string, hdr map[string]string, body string) (*http.Response, []byte) {
+	t.Helper()
+	return request(t, method, e.ts.URL+path, hdr, body)
+}
+
+// request performs a request on url and returns the response and its whole
+// body.
+func request(t testing.TB, method, url string, hdr map[string]string, body string) (*http.Response, []byte) {
 	t.Helper()
 	var rd io.Reader
 	if body != "" {
 		rd = strings.NewReader(body)
 	}
-	req, err := http.NewRequest(method, e.ts.URL+path, rd)
+	req, err := http.NewRequest(method, url, rd)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -122,6 +122,9 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 	return w.ResponseWriter.Write(b)
 }
 
+// Unwrap lets http.ResponseController reach the connection's writer (Flush).
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
 var statusWriters = sync.Pool{New: func() any { return new(statusWriter) }}
 
 // handle wraps a route: status and latency metrics, panic recovery, and the
@@ -203,11 +206,17 @@ func gzipBytes(b []byte) []byte {
 	return buf.Bytes()
 }
 
+// maxParams is the most parameters a route's query takes.
+const maxParams = 4
+
 // parseQuery splits a raw query string into the values of params (in that
 // order), rejecting bad escapes, unknown names and repeated parameters with
-// a 400 that names them. seen[i] reports whether params[i] was given.
-func parseQuery(raw string, params []string) (vals []string, seen []bool, aerr *apiError) {
-	vals, seen = make([]string, len(params)), make([]bool, len(params))
+// a 400 that names them. seen[i] reports whether params[i] was given. The
+// results are arrays so that a read allocates nothing.
+func parseQuery(raw string, params []string) (vals [maxParams]string, seen [maxParams]bool, aerr *apiError) {
+	if len(params) > maxParams {
+		panic("api: parseQuery: more than maxParams parameters")
+	}
 	for raw != "" {
 		var part string
 		part, raw, _ = strings.Cut(raw, "&")
@@ -218,14 +227,14 @@ func parseQuery(raw string, params []string) (vals []string, seen []bool, aerr *
 		name, ok1 := unescape(rawName)
 		val, ok2 := unescape(rawVal)
 		if !ok1 || !ok2 {
-			return nil, nil, badParam("", params, "query string: bad percent-escape in %s", quoteTrunc(part))
+			return vals, seen, badParam("", params, "query string: bad percent-escape in %s", quoteTrunc(part))
 		}
 		i := slices.Index(params, name)
 		if i < 0 {
-			return nil, nil, badParam(name, params, "unknown parameter %s; allowed: %s", quoteTrunc(name), strings.Join(params, ", "))
+			return vals, seen, badParam(name, params, "unknown parameter %s; allowed: %s", quoteTrunc(name), strings.Join(params, ", "))
 		}
 		if seen[i] {
-			return nil, nil, badParam(name, nil, "parameter %q given more than once", name)
+			return vals, seen, badParam(name, nil, "parameter %q given more than once", name)
 		}
 		vals[i], seen[i] = val, true
 	}

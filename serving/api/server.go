@@ -187,8 +187,10 @@ func (s *Server) Run(ctx context.Context) error {
 // Serve serves on ln until ctx is done, then stops accepting, marks itself
 // not ready and waits up to Config.ShutdownTimeout for requests in flight.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	ln = coalescingListener{ln} // one write per pre-rendered answer (conn.go)
 	hs := &http.Server{
 		Handler:           s.handler,
+		ConnContext:       connContext,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,

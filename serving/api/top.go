@@ -182,7 +182,8 @@ func (s *Server) handleTop(w http.ResponseWriter, r *http.Request) error {
 
 // serveRendered answers with a pre-rendered response: JSON with the given
 // Cache-Control, an ETag per encoding, 304 on If-None-Match, gzip when
-// accepted, no body for HEAD. Nothing is marshalled here.
+// accepted, no body for HEAD. Nothing is marshalled here, and over Serve
+// headers and body leave in one write (conn.go).
 func serveRendered(w http.ResponseWriter, r *http.Request, rd *rendered, cacheControl []string) {
 	h := w.Header()
 	h["Content-Type"] = jsonContentType
@@ -204,10 +205,11 @@ func serveRendered(w http.ResponseWriter, r *http.Request, rd *rendered, cacheCo
 		h["Content-Encoding"] = gzipEnc
 	}
 	h["Content-Length"] = clen
-	w.WriteHeader(http.StatusOK)
-	if r.Method != http.MethodHead {
-		w.Write(body)
+	if r.Method == http.MethodHead {
+		w.WriteHeader(http.StatusOK)
+		return
 	}
+	writeCoalesced(w, r, body)
 }
 
 // listInfo is one entry of GET /v1/lists.
