@@ -14,6 +14,7 @@ import (
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/ptest"
 	"github.com/parquet-go/parquet-go"
+	"google.golang.org/api/option"
 
 	"github.com/topk-dev/topk/schemas"
 	"github.com/topk-dev/topk/transforms/exact/store"
@@ -304,6 +305,31 @@ func TestFlagsAndClosed(t *testing.T) {
 		RequireClosed: true, Store: newStore(t)})
 	if err == nil {
 		t.Error("an open hour was recounted")
+	}
+}
+
+// Property: --bigtable=false writes the same Parquet exact table without
+// opening any store, and refuses grading (which needs the store).
+func TestParquetOnly(t *testing.T) {
+	root := t.TempDir()
+	evs := genEvents(5, hour0, 2000)
+	writeArchive(t, root, hour0, evs)
+	cfg, err := (&Flags{Hour: store.HourKey(hour0), Archive: root, K: 10, Shards: 2, Parts: 2, RequireClosed: true}).Config()
+	must(t, err)
+	if !cfg.ParquetOnly {
+		t.Fatal("Flags.Bigtable false did not select ParquetOnly")
+	}
+	cfg.StoreOptions = []option.ClientOption{option.WithEndpoint("127.0.0.1:1")} // would fail if used
+	reps, err := Run(context.Background(), cfg)
+	must(t, err)
+	rows, err := parquet.ReadFile[schemas.ExactCount](schemas.ExactHourPath(root, hour0))
+	must(t, err)
+	if g, want := asMap(rows), oracle(evs); !maps.Equal(g, want) || reps[0].ExactUntil != "" {
+		t.Fatalf("Parquet-only recount: %d keys (want %d), exact_until %q", len(g), len(want), reps[0].ExactUntil)
+	}
+	cfg.ListsDir = t.TempDir()
+	if _, err := Run(context.Background(), cfg); err == nil {
+		t.Error("grading without Bigtable accepted")
 	}
 }
 

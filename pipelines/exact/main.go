@@ -67,6 +67,9 @@ type Config struct {
 	// RequireClosed refuses an hour without its _CLOSED marker.
 	RequireClosed bool
 
+	// ParquetOnly writes the Parquet exact table and nothing to Bigtable
+	// (no store is opened; exact_until does not move; no grading).
+	ParquetOnly bool
 	// Store, when set, is used as is; otherwise Run opens Project/Instance
 	// with StoreOptions.
 	Store            *store.Store
@@ -115,16 +118,21 @@ func Run(ctx context.Context, cfg Config) ([]HourReport, error) {
 	if cfg.Runner == nil {
 		cfg.Runner = BeamRunner
 	}
+	if cfg.ParquetOnly && cfg.ListsDir != "" {
+		return nil, fmt.Errorf("exact: grading (--lists_dir) needs the Bigtable tables")
+	}
 	st := cfg.Store
-	if st == nil {
+	if st == nil && !cfg.ParquetOnly {
 		var err error
 		if st, err = store.Open(ctx, cfg.Project, cfg.Instance, cfg.StoreOptions...); err != nil {
 			return nil, err
 		}
 		defer st.Close()
 	}
-	if err := st.EnsureTables(ctx); err != nil {
-		return nil, err
+	if st != nil {
+		if err := st.EnsureTables(ctx); err != nil {
+			return nil, err
+		}
 	}
 	var reps []HourReport
 	for _, h := range cfg.Hours {
@@ -178,6 +186,10 @@ func runHour(ctx context.Context, cfg Config, st *store.Store, hour time.Time) (
 	if err := writeParquet(exactPath, counts); err != nil {
 		return rep, err
 	}
+	if st == nil {
+		rep.Seconds = time.Since(start).Seconds()
+		return rep, nil
+	}
 	if err := st.WriteHour(ctx, hour, counts, cfg.K); err != nil {
 		return rep, err
 	}
@@ -221,6 +233,7 @@ type Flags struct {
 	K, Shards, Parts        int
 	RequireClosed           bool
 	ListsDir, MetricsFile   string
+	Bigtable                bool
 }
 
 // Register defines the flags on fs.
@@ -236,13 +249,14 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.IntVar(&f.Parts, "parts", 16, "item partitions for the sums")
 	fs.BoolVar(&f.RequireClosed, "require_closed", true, "refuse hours without the _CLOSED marker")
 	fs.StringVar(&f.ListsDir, "lists_dir", "", "the fast path's --lists_out folder: grade the 1h lists published at each hour's end")
+	fs.BoolVar(&f.Bigtable, "bigtable", true, "write the Bigtable exact tables; false: only the Parquet exact table (a backfill of the analysts' table, or to time the count alone)")
 	fs.StringVar(&f.MetricsFile, "metrics_file", "", "write the grades as Prometheus text here (textfile collector)")
 }
 
 // Config turns the flags into a Config (without a store connection).
 func (f *Flags) Config() (Config, error) {
 	cfg := Config{Archive: f.Archive, K: f.K, Shards: f.Shards, Parts: f.Parts, RequireClosed: f.RequireClosed,
-		Project: f.Project, Instance: f.Instance, ListsDir: f.ListsDir, MetricsFile: f.MetricsFile}
+		Project: f.Project, Instance: f.Instance, ListsDir: f.ListsDir, MetricsFile: f.MetricsFile, ParquetOnly: !f.Bigtable}
 	parse := func(name, v string) (time.Time, error) {
 		t, err := time.Parse(store.HourFormat, v)
 		if err != nil {
@@ -296,7 +310,7 @@ func run(ctx context.Context, f *Flags) error {
 	if err != nil {
 		return err
 	}
-	if os.Getenv("BIGTABLE_EMULATOR_HOST") == "" && cfg.Project == "topk-local" {
+	if os.Getenv("BIGTABLE_EMULATOR_HOST") == "" && cfg.Project == "topk-local" && !cfg.ParquetOnly {
 		addr, stopBT, err := store.Embedded()
 		if err != nil {
 			return err

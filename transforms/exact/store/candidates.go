@@ -104,8 +104,8 @@ func decodeList(blob []byte, id listID) ([]schemas.ExactCount, error) {
 
 func candMutation(top []schemas.ExactCount, limit int, until time.Time) *bigtable.Mutation {
 	m := bigtable.NewMutation()
-	m.Set(famC, "blob", bigtable.ServerTime, encodeList(top))
-	m.Set(famC, "until", bigtable.ServerTime, []byte(HourKey(until)))
+	m.Set(famC, "blob", cellTS, encodeList(top))
+	m.Set(famC, "until", cellTS, []byte(HourKey(until)))
 	setInt(m, famC, "cap", int64(limit))
 	return m
 }
@@ -208,7 +208,7 @@ func (s *Store) updateAllCandidates(ctx context.Context, id listID, old []schema
 			}
 			c.add(unesc(strings.TrimPrefix(r.Key(), prefix)), n)
 			return nil
-		}, bigtable.FamilyFilter("^c$"), bigtable.ColumnFilter("^n$"))
+		}, totalFilter)
 		if err != nil {
 			return err
 		}

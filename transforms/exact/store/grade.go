@@ -42,7 +42,7 @@ func (s *Store) WriteGrade(ctx context.Context, g Grade) error {
 		return err
 	}
 	m := bigtable.NewMutation()
-	m.Set(famC, "json", bigtable.ServerTime, b)
+	m.Set(famC, "json", cellTS, b)
 	key := gradePrefix(g.Hour) + listPart(listID{g.Type, g.Scope})
 	if err := s.tbl.Apply(ctx, key, m); err != nil {
 		return fmt.Errorf("store: write grade %s: %w", key, err)

@@ -150,7 +150,7 @@ func (s *Store) writeIndex(ctx context.Context, hour time.Time, entries []entry)
 		m := deleteRow()
 		if len(blob) > 0 {
 			m = bigtable.NewMutation()
-			m.Set(famC, "blob", bigtable.ServerTime, blob)
+			m.Set(famC, "blob", cellTS, blob)
 		}
 		if err := b.add(ctx, indexRow(hour, i), m); err != nil {
 			return err
@@ -244,7 +244,7 @@ func (s *Store) writeList(ctx context.Context, hour time.Time, seg []entry, dept
 			}
 			cur[at[r.Key()]] = state{total, c}
 			return nil
-		}, bigtable.ColumnFilter("^(n|"+hk+")$"))
+		}, bigtable.InterleaveFilters(totalFilter, columnFilter(famL, hk)))
 		if err != nil {
 			return err
 		}
@@ -285,7 +285,7 @@ func (s *Store) writeList(ctx context.Context, hour time.Time, seg []entry, dept
 	}
 	if top := hourTop.top(); len(top) > 0 {
 		m := bigtable.NewMutation()
-		m.Set(famC, "blob", bigtable.ServerTime, encodeList(top))
+		m.Set(famC, "blob", cellTS, encodeList(top))
 		setInt(m, famC, "rest", hourTop.rest)
 		err = s.tbl.Apply(ctx, topRow(hour, id), m)
 	} else {

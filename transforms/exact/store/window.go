@@ -38,8 +38,7 @@ func newHourSet(hours []time.Time) (hourSet, error) {
 // filter keeps the l: cells of the set's span (the caller also checks
 // membership, for sets with gaps).
 func (hs hourSet) filter() bigtable.Filter {
-	return bigtable.ChainFilters(bigtable.FamilyFilter("^"+famL+"$"),
-		bigtable.ColumnRangeFilter(famL, HourKey(hs.hours[0]), HourKey(hs.hours[len(hs.hours)-1].Add(time.Hour))))
+	return bigtable.ColumnRangeFilter(famL, HourKey(hs.hours[0]), HourKey(hs.hours[len(hs.hours)-1].Add(time.Hour)))
 }
 
 // sum adds the row's l: cells of hours in the set.
@@ -92,8 +91,10 @@ func (s *Store) readItems(ctx context.Context, id listID, items []string, value 
 // recounted hours (count descending, ties by item). It takes the union of
 // the hours' t# tops as candidates and point-reads their exact totals; an
 // item in none of the tops totals at most the sum of the hours' rest, so
-// when the limit-th candidate total is above that sum the candidates hold
-// the exact top. Otherwise it scans every item row of the list.
+// when the limit-th candidate total is at least that sum the candidates hold
+// an exact top (an outside item can at most tie with the last entry; ties
+// at the cut are kept in item order among the candidates). Otherwise it
+// scans every item row of the list.
 func (s *Store) TopOfHours(ctx context.Context, typ, scope string, hours []time.Time, limit int) ([]schemas.ExactCount, error) {
 	id := listID{typ, scope}
 	hs, err := newHourSet(hours)
@@ -126,7 +127,7 @@ func (s *Store) TopOfHours(ctx context.Context, typ, scope string, hours []time.
 		return nil, err
 	}
 	top := topOf(totals, limit)
-	if bound > 0 && (len(top) < limit || top[limit-1].Count <= bound) {
+	if bound > 0 && (len(top) < limit || top[limit-1].Count < bound) {
 		s.topScans.Add(1)
 		c := newCollector(limit)
 		prefix := "a#" + listPart(id)
@@ -229,5 +230,5 @@ func (s *Store) Totals(ctx context.Context, typ, scope string, window schemas.Wi
 		n, _, err := cellInt(r, famC, "n")
 		return n, err
 	}
-	return s.readItems(ctx, id, items, total, bigtable.ChainFilters(bigtable.FamilyFilter("^c$"), bigtable.ColumnFilter("^n$")))
+	return s.readItems(ctx, id, items, total, totalFilter)
 }
