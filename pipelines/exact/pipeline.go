@@ -9,12 +9,15 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"sort"
+	"runtime"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/transforms/stats"
+	"github.com/cespare/xxhash/v2"
 	"github.com/parquet-go/parquet-go"
 
 	"github.com/topk-dev/topk/schemas"
@@ -30,34 +33,104 @@ type HourJob struct {
 	// Shards is the number of event_id shards for the dedupe (>= 1); Parts
 	// the number of item partitions the counts are summed in (>= 1).
 	Shards, Parts int
+	// Readers is the number of independent read branches the files are
+	// dealt to (file i to branch i mod Readers); 0: one per CPU of the
+	// machine that builds the pipeline, at most one per file. A runner
+	// that splits reads itself (Dataflow) does not need more than 1; Prism
+	// runs each branch as its own bundle, in parallel.
+	Readers int
+	// Waves is the number of groups the event_id shards are deduplicated
+	// in, one group after the other (shard s in wave s mod Waves); 0: 4.
+	// A runner that keeps a shuffle in memory (Prism) holds several copies
+	// of a stage's whole input while it runs the stage as one bundle; in
+	// waves, those copies are of one wave's events only. A runner with a
+	// real shuffle (Dataflow, Flink) is fastest with 1.
+	Waves int
 }
 
 // Build adds the recount of one hour to s:
 //
-//	files -> read (per bundle: events batched by shard = hash(event_id))
-//	      -> GroupByKey(shard) -> dedupe by event_id, count per (type, scope, item)
-//	         in a summary.Counter (map-side), flushed as batches by item partition
-//	      -> GroupByKey(partition) -> sum -> part-{p}.parquet in Staging
+//	files -> read: per bundle, events batched by shard = hash(event_id)
+//	      -> GroupByKey(shard)
+//	      -> dedupe by event_id; the kept events combined per
+//	         (type, item, country, region), batched by item partition
+//	      -> GroupByKey(partition)
+//	      -> sum, expand each (country, region) to its scopes, sum per
+//	         (type, scope, item) -> part-{p}.parquet in Staging
 //
 // Every element crossing a shuffle is a batch of thousands of events or
-// counts, never one event. The output files are a function of the input only
-// (the dedupe keeps the smallest record of an event_id, whichever arrives
-// first), written to a temp name and renamed, so a retried bundle rewrites the
-// same file.
+// counts in a compact encoding (batch.go), never one event. The scopes are
+// expanded only in the last stage, where every count of an item is in one
+// partition, so the second shuffle carries one record per distinct
+// (type, item, country, region) of a shard instead of one per scope.
+//
+// The output files are a function of the input only (the dedupe keeps the
+// smallest record of an event_id, in the encoding of canonicalRecord,
+// whichever arrives first), written to a temp name and renamed, so a
+// retried bundle rewrites the same file.
 func Build(s beam.Scope, job HourJob) {
 	s = s.Scope("exact.recount")
-	files := beam.CreateList(s, job.Files)
-	batches := beam.ParDo(s, &readFn{Shards: job.Shards, HourMs: job.Hour.UnixMilli()}, files)
-	byShard := beam.GroupByKey(s, batches)
-	counts := beam.ParDo(s, &dedupeCountFn{Parts: job.Parts}, byShard)
+	readers := job.Readers
+	if readers <= 0 {
+		readers = runtime.NumCPU()
+	}
+	readers = max(1, min(readers, len(job.Files)))
+	waves := job.Waves
+	if waves <= 0 {
+		waves = 4
+	}
+	waves = max(1, min(waves, job.Shards))
+	// byWave[w][r]: reader r's batches of the shards of wave w. The split
+	// is fused into the read, so that no stage gets every event as input.
+	byWave := make([][]beam.PCollection, waves)
+	for r := range readers {
+		var files []string
+		for i := r; i < len(job.Files); i += readers {
+			files = append(files, job.Files[i])
+		}
+		rs := s.Scope(fmt.Sprintf("reader%d", r))
+		batches := beam.ParDo(rs, &readFn{Shards: job.Shards, HourMs: job.Hour.UnixMilli()}, beam.CreateList(rs, files))
+		for w := range waves {
+			byWave[w] = append(byWave[w], beam.ParDo(rs, &waveFn{Wave: w, Waves: waves}, batches))
+		}
+	}
+	var prevDone beam.PCollection
+	countsByWave := make([]beam.PCollection, waves)
+	for w := range waves {
+		ws := s.Scope(fmt.Sprintf("wave%d", w))
+		events := byWave[w][0]
+		if readers > 1 {
+			events = beam.Flatten(ws, byWave[w]...)
+		}
+		if w > 0 {
+			// Held back until the previous wave's dedupe is done.
+			events = beam.ParDo(ws, &afterFn{}, events, beam.SideInput{Input: prevDone})
+		}
+		byShard := beam.GroupByKey(ws, events)
+		countsByWave[w], prevDone = beam.ParDo2(ws, &dedupeCountFn{Parts: job.Parts}, byShard)
+	}
+	counts := countsByWave[0]
+	if waves > 1 {
+		counts = beam.Flatten(s, countsByWave...)
+	}
 	byPart := beam.GroupByKey(s, counts)
-	beam.ParDo0(s, &sumWriteFn{Staging: job.Staging, HourMs: job.Hour.UnixMilli()}, byPart)
+	rows := beam.ParDo(s, &sumWriteFn{Staging: job.Staging, HourMs: job.Hour.UnixMilli()}, byPart)
+	// The rows written per part are summed only to give the last stage an
+	// output that another stage reads: Prism busy-waits (a core spinning)
+	// through every bundle of a stage without outputs, which would be the
+	// whole of the write stage; this way it is only the tiny sum.
+	stats.Sum(s, rows)
 }
 
 func init() {
 	register.DoFn3x1[context.Context, string, func(int, []byte), error](&readFn{})
-	register.DoFn4x0[context.Context, int, func(*[]byte) bool, func(int, []byte)](&dedupeCountFn{})
-	register.DoFn3x1[context.Context, int, func(*[]byte) bool, error](&sumWriteFn{})
+	register.DoFn5x1[context.Context, int, func(*[]byte) bool, func(int, []byte), func(int), error](&dedupeCountFn{})
+	register.DoFn3x0[int, []byte, func(int, []byte)](&waveFn{})
+	register.DoFn4x0[int, []byte, func(*int) bool, func(int, []byte)](&afterFn{})
+	register.Emitter1[int]()
+	register.Iter1[int]()
+	register.DoFn4x1[context.Context, int, func(*[]byte) bool, func(int64), error](&sumWriteFn{})
+	register.Emitter1[int64]()
 	register.Emitter2[int, []byte]()
 	register.Iter1[[]byte]()
 }
@@ -69,6 +142,10 @@ var (
 	mDuplicates = beam.NewCounter("topk", "exact_duplicates_dropped")
 	mCounted    = beam.NewCounter("topk", "exact_events_counted")
 	mRows       = beam.NewCounter("topk", "exact_count_rows")
+	// Bytes of the batches sent to the first (events by event_id shard) and
+	// the second (counts by item partition) shuffle.
+	mEventBytes = beam.NewCounter("topk", "exact_shuffle_event_bytes")
+	mCountBytes = beam.NewCounter("topk", "exact_shuffle_count_bytes")
 )
 
 // batchBytes is the size at which a shard's or partition's batch is emitted.
@@ -77,17 +154,17 @@ const batchBytes = 1 << 20
 // ---- read ----
 
 // readFn reads archive Parquet files and emits their events as batches keyed
-// by event_id shard. Per event the record is the length-prefixed strings
-// event_id, type, item, country, region.
+// by event_id shard. A record is the fields event_id (id), type (dict), item
+// (raw), country (dict), region (dict).
 type readFn struct {
 	Shards int
 	HourMs int64
 
-	bufs [][]byte
+	bufs []batchWriter
 }
 
 func (f *readFn) StartBundle(_ context.Context, _ func(int, []byte)) {
-	f.bufs = make([][]byte, f.Shards)
+	f.bufs = make([]batchWriter, f.Shards)
 }
 
 func (f *readFn) ProcessElement(ctx context.Context, path string, emit func(int, []byte)) error {
@@ -117,16 +194,19 @@ func (f *readFn) ProcessElement(ctx context.Context, path string, emit func(int,
 				continue
 			}
 			sh := int(summary.Hash(a.EventID) % uint64(f.Shards))
-			b := f.bufs[sh]
-			for _, s := range [...]string{a.EventID, a.Type, a.Item, a.Country, a.Region} {
-				b = binary.AppendUvarint(b, uint64(len(s)))
-				b = append(b, s...)
-			}
-			if len(b) >= batchBytes {
+			w := &f.bufs[sh]
+			w.begin()
+			w.id(a.EventID)
+			w.dictStr(a.Type)
+			w.raw(a.Item)
+			w.dictStr(a.Country)
+			w.dictStr(a.Region)
+			w.end()
+			if w.len() >= batchBytes {
+				b := w.take()
+				mEventBytes.Inc(ctx, int64(len(b)))
 				emit(sh, b)
-				b = nil
 			}
-			f.bufs[sh] = b
 		}
 		if err == io.EOF {
 			break
@@ -141,156 +221,331 @@ func (f *readFn) ProcessElement(ctx context.Context, path string, emit func(int,
 	return nil
 }
 
-func (f *readFn) FinishBundle(_ context.Context, emit func(int, []byte)) {
-	for sh, b := range f.bufs {
-		if len(b) > 0 {
+func (f *readFn) FinishBundle(ctx context.Context, emit func(int, []byte)) {
+	for sh := range f.bufs {
+		if f.bufs[sh].len() > 0 {
+			b := f.bufs[sh].take()
+			mEventBytes.Inc(ctx, int64(len(b)))
 			emit(sh, b)
 		}
 	}
 	f.bufs = nil
 }
 
-// record is one event as batched: its fields point into the batch.
-type record struct{ id, typ, item, country, region string }
+// ---- dedupe and combine ----
 
-// nextRecord decodes the record at b, returning it, its encoded bytes and the rest.
-func nextRecord(b []byte) (record, []byte, []byte, error) {
-	var f [5]string
-	start := b
-	for i := range f {
-		n, k := binary.Uvarint(b)
-		if k <= 0 || uint64(len(b)-k) < n {
-			return record{}, nil, nil, errors.New("exact: corrupt event batch")
-		}
-		f[i] = string(b[k : k+int(n)])
-		b = b[k+int(n):]
-	}
-	return record{f[0], f[1], f[2], f[3], f[4]}, start[:len(start)-len(b)], b, nil
-}
-
-// ---- dedupe and count ----
-
-// dedupeCountFn gets every event of one event_id shard, keeps one event per
-// event_id (the one with the smallest encoded record, so the choice does not
-// depend on arrival order), counts per (type, scope, item) for every scope
-// of the event, and emits the counts in batches keyed by item partition.
+// dedupeCountFn gets every event of one event_id shard (and emits the
+// shard on its second output when done), keeps one event per
+// event_id (the one with the smallest canonicalRecord, so the choice does
+// not depend on arrival order), counts the kept events per (type, item,
+// country, region), and emits the counts in batches keyed by item
+// partition. A count record is type (dict), item (raw), country (dict),
+// region (dict), count (uvarint).
+//
+// The dedupe is one open-addressing table of record positions, sized from
+// the batches' record counts; records are not copied. A duplicate that
+// replaces the record kept so far moves one count from the old record's
+// combination to the new one's, so one pass suffices.
 type dedupeCountFn struct {
 	Parts int
 }
 
-func (f *dedupeCountFn) ProcessElement(ctx context.Context, _ int, batches func(*[]byte) bool, emit func(int, []byte)) {
-	kept := map[string][]byte{}
-	var total, dups int64
-	var batch []byte
-	for batches(&batch) {
-		b := batch
-		for len(b) > 0 {
-			rec, enc, rest, err := nextRecord(b)
-			if err != nil {
-				panic(err)
+// recPos is where a record starts: batch index + 1 (0: empty slot), offset.
+type recPos struct{ batch, off uint32 }
+
+func (f *dedupeCountFn) ProcessElement(ctx context.Context, shard int, iter func(*[]byte) bool, emit func(int, []byte), done func(int)) error {
+	batches, total, err := collectBatches(iter)
+	if err != nil {
+		return err
+	}
+	size := uint64(16)
+	for size < total*2 {
+		size <<= 1
+	}
+	table := make([]recPos, size)
+	mask := size - 1
+	dicts := make([][]string, len(batches))
+	comb := newCombiner(int(total / 2))
+	var key, can1, can2 []byte
+	var dups int64
+	var r batchReader
+	for bi, batch := range batches {
+		r.dict = nil
+		r.reset(batch)
+		for r.next() {
+			off := uint32(r.pos)
+			id := r.id()
+			typ, item, country, region := r.dictStr(), r.raw(), r.dictStr(), r.dictStr()
+			if r.err != nil {
+				return r.err
 			}
-			b = rest
-			total++
-			if old, ok := kept[rec.id]; ok {
-				dups++
-				if bytes.Compare(enc, old) >= 0 {
+			h := xxhash.Sum64(id)
+			i := h & mask
+			for {
+				p := table[i]
+				if p.batch == 0 {
+					table[i] = recPos{uint32(bi) + 1, off}
+					key = comboKey(key[:0], typ, item, country, region)
+					comb.add(key, 1)
+					break
+				}
+				var o batchReader
+				o.b, o.pos, o.left = batches[p.batch-1], int(p.off), 1
+				o.dict = dicts[p.batch-1]
+				if int(p.batch-1) == bi {
+					o.dict = r.dict[:len(r.dict):len(r.dict)]
+				}
+				if string(o.id()) != string(id) {
+					i = (i + 1) & mask
 					continue
 				}
+				dups++
+				oTyp, oItem, oCountry, oRegion := o.dictStr(), o.raw(), o.dictStr(), o.dictStr()
+				if o.err != nil {
+					return o.err
+				}
+				can1 = canonicalRecord(can1[:0], id, typ, item, country, region)
+				can2 = canonicalRecord(can2[:0], id, oTyp, oItem, oCountry, oRegion)
+				if bytes.Compare(can1, can2) < 0 {
+					table[i] = recPos{uint32(bi) + 1, off}
+					key = comboKey(key[:0], oTyp, oItem, oCountry, oRegion)
+					comb.add(key, -1)
+					key = comboKey(key[:0], typ, item, country, region)
+					comb.add(key, 1)
+				}
+				break
 			}
-			kept[rec.id] = enc
 		}
+		if r.err != nil {
+			return r.err
+		}
+		dicts[bi] = r.dict[:len(r.dict):len(r.dict)]
 	}
+	table = nil
 	mDuplicates.Inc(ctx, dups)
-	mCounted.Inc(ctx, total-dups)
-	c := summary.NewCounter(len(kept)*3 + 1)
-	var key []byte
-	var scopes []string
-	for _, enc := range kept {
-		rec, _, _, _ := nextRecord(enc)
-		e := schemas.Event{Country: rec.country, Region: rec.region}
-		for _, sc := range e.Scopes(scopes) {
-			key = append(key[:0], rec.typ...)
-			key = append(key, 0)
-			key = append(key, sc...)
-			key = append(key, 0)
-			key = append(key, rec.item...)
-			c.Add(string(key), summary.Hash(string(key)), 1)
+	mCounted.Inc(ctx, int64(total)-dups)
+	out := make([]batchWriter, f.Parts)
+	comb.each(func(k string, n int64) {
+		if n == 0 {
+			return
 		}
-	}
-	out := make([][]byte, f.Parts)
-	c.Each(func(k string, h, n uint64) {
-		p := summary.Partition(h, f.Parts)
-		b := binary.AppendUvarint(out[p], uint64(len(k)))
-		b = append(b, k...)
-		b = binary.AppendUvarint(b, n)
-		if len(b) >= batchBytes {
+		typ, item, country, region := splitComboKey(k)
+		p := summary.Partition(summary.Hash(item), f.Parts)
+		w := &out[p]
+		w.begin()
+		w.dictStr(typ)
+		w.raw(item)
+		w.dictStr(country)
+		w.dictStr(region)
+		w.uvarint(uint64(n))
+		w.end()
+		if w.len() >= batchBytes {
+			b := w.take()
+			mCountBytes.Inc(ctx, int64(len(b)))
 			emit(p, b)
-			b = nil
 		}
-		out[p] = b
 	})
-	for p, b := range out {
-		if len(b) > 0 {
+	for p := range out {
+		if out[p].len() > 0 {
+			b := out[p].take()
+			mCountBytes.Inc(ctx, int64(len(b)))
 			emit(p, b)
 		}
 	}
+	done(shard)
+	return nil
+}
+
+// waveFn keeps the batches of the shards of one wave.
+type waveFn struct{ Wave, Waves int }
+
+func (f *waveFn) ProcessElement(shard int, b []byte, emit func(int, []byte)) {
+	if shard%f.Waves == f.Wave {
+		emit(shard, b)
+	}
+}
+
+// afterFn passes its input through; its side input (the shards the
+// previous wave deduplicated) makes the runner hold the input back until
+// that wave is done.
+type afterFn struct{}
+
+func (f *afterFn) ProcessElement(shard int, b []byte, _ func(*int) bool, emit func(int, []byte)) {
+	emit(shard, b)
+}
+
+// canonicalRecord is the encoding duplicates are ordered by: the
+// length-prefixed (uvarint) strings event_id, type, item, country, region.
+func canonicalRecord(dst, encID []byte, typ string, item []byte, country, region string) []byte {
+	dst = appendPrefixed(dst, appendID(nil, encID))
+	dst = appendPrefixed(dst, typ)
+	dst = appendPrefixed(dst, item)
+	dst = appendPrefixed(dst, country)
+	return appendPrefixed(dst, region)
+}
+
+// comboKey is the combiner's key of (type, item, country, region): the
+// first three length-prefixed, then the item.
+func comboKey(dst []byte, typ string, item []byte, country, region string) []byte {
+	dst = appendPrefixed(dst, typ)
+	dst = appendPrefixed(dst, country)
+	dst = appendPrefixed(dst, region)
+	return append(dst, item...)
+}
+
+// appendPrefixed appends s with its length as a uvarint before it.
+func appendPrefixed[S ~string | ~[]byte](dst []byte, s S) []byte {
+	return append(binary.AppendUvarint(dst, uint64(len(s))), s...)
+}
+
+func splitComboKey(k string) (typ, item, country, region string) {
+	var f [3]string
+	for i := range f {
+		n, w := uvarintString(k)
+		f[i] = k[w : w+int(n)]
+		k = k[w+int(n):]
+	}
+	return f[0], k, f[1], f[2]
+}
+
+// combiner sums int64s per byte-string key; a key's bytes are copied once,
+// when it is first added.
+type combiner struct {
+	idx  map[string]int32
+	keys []string
+	sums []int64
+}
+
+func newCombiner(hint int) *combiner {
+	return &combiner{idx: make(map[string]int32, hint)}
+}
+
+func (c *combiner) add(k []byte, n int64) {
+	if i, ok := c.idx[string(k)]; ok {
+		c.sums[i] += n
+		return
+	}
+	s := string(k)
+	c.idx[s] = int32(len(c.keys))
+	c.keys = append(c.keys, s)
+	c.sums = append(c.sums, n)
+}
+
+func (c *combiner) each(fn func(k string, n int64)) {
+	c.idx = nil
+	for i, k := range c.keys {
+		fn(k, c.sums[i])
+	}
+}
+
+// uvarintString is binary.Uvarint of the start of s.
+func uvarintString(s string) (uint64, int) {
+	var v uint64
+	for i := 0; i < len(s) && i < binary.MaxVarintLen64; i++ {
+		c := s[i]
+		if c < 0x80 {
+			return v | uint64(c)<<(7*i), i + 1
+		}
+		v |= uint64(c&0x7f) << (7 * i)
+	}
+	return 0, 0
 }
 
 // ---- sum and write ----
 
-// sumWriteFn sums the counts of one item partition and writes them, sorted,
-// to Staging/part-{p}.parquet through a temp file and a rename.
+// sumWriteFn sums the counts of one item partition per (type, scope, item)
+// for every scope of each (country, region), and writes them, sorted, to
+// Staging/part-{p}.parquet through a temp file and a rename.
 type sumWriteFn struct {
 	Staging string
 	HourMs  int64
 }
 
-func (f *sumWriteFn) ProcessElement(ctx context.Context, part int, batches func(*[]byte) bool) error {
-	sums := map[string]int64{}
-	var batch []byte
-	for batches(&batch) {
-		b := batch
-		for len(b) > 0 {
-			n, k := binary.Uvarint(b)
-			if k <= 0 || uint64(len(b)-k) < n {
-				return errors.New("exact: corrupt count batch")
+func (f *sumWriteFn) ProcessElement(ctx context.Context, part int, iter func(*[]byte) bool, emit func(int64)) error {
+	batches, total, err := collectBatches(iter)
+	if err != nil {
+		return err
+	}
+	// A (type, scope) is a small number, its index in lists; a (type,
+	// country, region) maps to the indexes of its scopes.
+	type typeScope struct{ typ, scope string }
+	var lists []typeScope
+	listIdx := map[typeScope]uint16{}
+	shapes := map[string][]uint16{}
+	sums := newCombiner(int(total))
+	var key, shape []byte
+	var scopes []string
+	var r batchReader
+	for _, batch := range batches {
+		r.reset(batch)
+		for r.next() {
+			typ, item, country, region, n := r.dictStr(), r.raw(), r.dictStr(), r.dictStr(), r.uvarint()
+			if r.err != nil {
+				return r.err
 			}
-			key := string(b[k : k+int(n)])
-			b = b[k+int(n):]
-			c, k2 := binary.Uvarint(b)
-			if k2 <= 0 {
-				return errors.New("exact: corrupt count batch")
+			shape = comboKey(shape[:0], typ, nil, country, region)
+			ids, ok := shapes[string(shape)]
+			if !ok {
+				e := schemas.Event{Country: country, Region: region}
+				for _, sc := range e.Scopes(scopes) {
+					ts := typeScope{typ, sc}
+					j, ok := listIdx[ts]
+					if !ok {
+						if len(lists) == 1<<16 {
+							return errors.New("exact: too many (type, scope) pairs in a partition")
+						}
+						j = uint16(len(lists))
+						listIdx[ts] = j
+						lists = append(lists, ts)
+					}
+					ids = append(ids, j)
+				}
+				shapes[string(shape)] = ids
 			}
-			b = b[k2:]
-			sums[key] += int64(c)
+			for _, j := range ids {
+				key = append(key[:0], byte(j>>8), byte(j))
+				key = append(key, item...)
+				sums.add(key, int64(n))
+			}
+		}
+		if r.err != nil {
+			return r.err
 		}
 	}
+	batches = nil
 	hour := time.UnixMilli(f.HourMs).UTC()
-	rows := make([]schemas.ExactCount, 0, len(sums))
-	for key, n := range sums {
-		parts := strings.SplitN(key, "\x00", 3)
-		rows = append(rows, schemas.ExactCount{Hour: hour, Type: parts[0], Scope: parts[1], Item: parts[2], Count: n})
+	rows := make([]schemas.ExactCount, 0, len(sums.keys))
+	for i, k := range sums.keys {
+		ts := lists[int(k[0])<<8|int(k[1])]
+		rows = append(rows, schemas.ExactCount{Hour: hour, Type: ts.typ, Scope: ts.scope, Item: k[2:], Count: sums.sums[i]})
 	}
+	sums = nil
 	sortCounts(rows)
 	mRows.Inc(ctx, int64(len(rows)))
-	return writeParquet(filepath.Join(f.Staging, fmt.Sprintf("part-%05d.parquet", part)), rows)
+	if err := writeParquet(filepath.Join(f.Staging, fmt.Sprintf("part-%05d.parquet", part)), rows); err != nil {
+		return err
+	}
+	emit(int64(len(rows)))
+	return nil
 }
 
 // sortCounts orders rows by (type, scope, count descending, item), the
 // order of the exact table's files.
 func sortCounts(rows []schemas.ExactCount) {
-	sort.Slice(rows, func(i, j int) bool {
-		a, b := &rows[i], &rows[j]
-		if a.Type != b.Type {
-			return a.Type < b.Type
+	slices.SortFunc(rows, func(a, b schemas.ExactCount) int {
+		if c := strings.Compare(a.Type, b.Type); c != 0 {
+			return c
 		}
-		if a.Scope != b.Scope {
-			return a.Scope < b.Scope
+		if c := strings.Compare(a.Scope, b.Scope); c != 0 {
+			return c
 		}
 		if a.Count != b.Count {
-			return a.Count > b.Count
+			if a.Count > b.Count {
+				return -1
+			}
+			return 1
 		}
-		return a.Item < b.Item
+		return strings.Compare(a.Item, b.Item)
 	})
 }
 
