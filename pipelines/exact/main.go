@@ -64,6 +64,8 @@ type Config struct {
 	K       int         // list depth; candidates keep 3K
 	Shards  int         // event_id shards for the dedupe
 	Parts   int         // item partitions for the sums
+	// Readers and Waves as in HourJob (0: defaults).
+	Readers, Waves int
 	// RequireClosed refuses an hour without its _CLOSED marker.
 	RequireClosed bool
 
@@ -114,6 +116,9 @@ func Run(ctx context.Context, cfg Config) ([]HourReport, error) {
 	}
 	if cfg.K <= 0 || cfg.Shards <= 0 || cfg.Parts <= 0 {
 		return nil, fmt.Errorf("exact: k, shards and parts must be positive")
+	}
+	if cfg.Readers < 0 || cfg.Waves < 0 {
+		return nil, fmt.Errorf("exact: readers and waves must not be negative")
 	}
 	if cfg.Runner == nil {
 		cfg.Runner = BeamRunner
@@ -172,7 +177,8 @@ func runHour(ctx context.Context, cfg Config, st *store.Store, hour time.Time) (
 	}
 	if len(files) > 0 {
 		p, s := beam.NewPipelineWithRoot()
-		Build(s, HourJob{Hour: hour, Files: files, Staging: staging, Shards: cfg.Shards, Parts: cfg.Parts})
+		Build(s, HourJob{Hour: hour, Files: files, Staging: staging, Shards: cfg.Shards, Parts: cfg.Parts,
+			Readers: cfg.Readers, Waves: cfg.Waves})
 		if rep.Metrics, err = cfg.Runner(ctx, p); err != nil {
 			return rep, fmt.Errorf("pipeline: %w", err)
 		}
@@ -231,6 +237,7 @@ type Flags struct {
 	Archive, Hour, From, To string
 	Project, Instance       string
 	K, Shards, Parts        int
+	Readers, Waves          int
 	RequireClosed           bool
 	ListsDir, MetricsFile   string
 	Bigtable                bool
@@ -247,6 +254,8 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.IntVar(&f.K, "k", 1000, "list depth K; the exact candidates keep 3K")
 	fs.IntVar(&f.Shards, "shards", 16, "event_id shards for the dedupe")
 	fs.IntVar(&f.Parts, "parts", 16, "item partitions for the sums")
+	fs.IntVar(&f.Readers, "readers", 0, "read branches the files are dealt to (0: one per CPU)")
+	fs.IntVar(&f.Waves, "waves", 0, "groups the dedupe runs in, one after the other, so an in-memory runner (Prism) holds a fraction of the events at once (0: 4); use 1 on Dataflow or Flink")
 	fs.BoolVar(&f.RequireClosed, "require_closed", true, "refuse hours without the _CLOSED marker")
 	fs.StringVar(&f.ListsDir, "lists_dir", "", "the fast path's --lists_out folder: grade the 1h lists published at each hour's end")
 	fs.BoolVar(&f.Bigtable, "bigtable", true, "write the Bigtable exact tables; false: only the Parquet exact table (a backfill of the analysts' table, or to time the count alone)")
@@ -255,7 +264,7 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 
 // Config turns the flags into a Config (without a store connection).
 func (f *Flags) Config() (Config, error) {
-	cfg := Config{Archive: f.Archive, K: f.K, Shards: f.Shards, Parts: f.Parts, RequireClosed: f.RequireClosed,
+	cfg := Config{Archive: f.Archive, K: f.K, Shards: f.Shards, Parts: f.Parts, Readers: f.Readers, Waves: f.Waves, RequireClosed: f.RequireClosed,
 		Project: f.Project, Instance: f.Instance, ListsDir: f.ListsDir, MetricsFile: f.MetricsFile, ParquetOnly: !f.Bigtable}
 	parse := func(name, v string) (time.Time, error) {
 		t, err := time.Parse(store.HourFormat, v)
