@@ -140,7 +140,7 @@ func snapshot(t *testing.T, root string, st *store.Store, hours []time.Time, uni
 			m, err := st.Totals(ctx, typ, scope, w, []string{item})
 			must(t, err)
 			fmt.Fprintln(&b, key, w, m[item])
-			c, until, err := st.Candidates(ctx, typ, scope, w)
+			c, until, _, err := st.Candidates(ctx, typ, scope, w)
 			must(t, err)
 			fmt.Fprintln(&b, w, c, until)
 		}
@@ -253,7 +253,7 @@ func TestCorrectedHourFixesTotals(t *testing.T) {
 			}
 		}
 		for _, l := range [][2]string{{"video", "global"}, {"hashtag", "IN-MH"}} {
-			c, _, err := st.Candidates(ctx, l[0], l[1], schemas.Window24h)
+			c, _, _, err := st.Candidates(ctx, l[0], l[1], schemas.Window24h)
 			must(t, err)
 			if len(c) == 0 || c[0].Count != maxOf(want, l[0], l[1]) {
 				t.Fatalf("%s: 24h top of %v = %+v, want count %d", what, l, c[:min(1, len(c))], maxOf(want, l[0], l[1]))

@@ -49,7 +49,8 @@ func exactStore(t *testing.T) (*store.Store, stitch.StoreConfig) {
 // the first minute of open data on, a 24h and an all list is published
 // every minute, and each equals, item by item, the exact recount of the hours
 // before E in its window ([E-24h, E) for 24h, every hour for all) plus the
-// events of [E, as_of), with max_overcount 0 and exact_until E.
+// events of [E, as_of), with max_overcount 0, exact_until E, and complete
+// (the exact side holds every item, the open part tracks every item).
 func TestLongWindowsReplay(t *testing.T) {
 	if testing.Short() {
 		t.Skip("replays 27 hours on Prism")
@@ -151,8 +152,9 @@ func TestLongWindowsReplay(t *testing.T) {
 				t.Fatalf("%s: no list as of %v; %d lists as of %v", w, asOf, len(have), have)
 			}
 			name := fmt.Sprintf("%s@%s", w, asOf.Format(time.TimeOnly))
-			if l.ExactUntil == nil || !l.ExactUntil.Equal(e) || l.MaxOvercount != 0 {
-				t.Fatalf("%s: exact_until %v max_overcount %d, want %v and 0", name, l.ExactUntil, l.MaxOvercount, e)
+			if l.ExactUntil == nil || !l.ExactUntil.Equal(e) || l.MaxOvercount != 0 || !l.Complete || l.CertifiedK != len(l.Items) {
+				t.Fatalf("%s: exact_until %v max_overcount %d complete %v certified %d of %d, want %v, 0, true, all",
+					name, l.ExactUntil, l.MaxOvercount, l.Complete, l.CertifiedK, len(l.Items), e)
 			}
 			got := map[string]uint64{}
 			for i, it := range l.Items {

@@ -338,7 +338,7 @@ func Build(ctx context.Context, st *store.Store, typ, scope string, asOf time.Ti
 	}
 	var out []*schemas.List
 	for _, w := range []schemas.Window{schemas.Window24h, schemas.WindowAll} {
-		cands, until, err := st.Candidates(ctx, typ, scope, w)
+		cands, until, all, err := st.Candidates(ctx, typ, scope, w)
 		if err != nil {
 			return nil, err
 		}
@@ -353,7 +353,7 @@ func Build(ctx context.Context, st *store.Store, typ, scope string, asOf time.Ti
 		} else if !until.Equal(e) {
 			continue
 		}
-		ex := Exact{Until: e, Candidates: cands, Totals: func(items []string) (map[string]int64, error) {
+		ex := Exact{Until: e, Candidates: cands, All: all, Totals: func(items []string) (map[string]int64, error) {
 			return st.Totals(ctx, typ, scope, w, items)
 		}}
 		l, err := Stitch(schemas.ListKey{Type: typ, Scope: scope, Window: w}, asOf, ex, open, k, margin)

@@ -243,6 +243,9 @@ type Part struct {
 type Exact struct {
 	Until      time.Time // E
 	Candidates []schemas.ExactCount
+	// All: the candidates are every item with a base (an item outside them
+	// has base 0, not up to the smallest candidate's).
+	All bool
 	// Totals point-reads the bases of items that are not candidates.
 	Totals func(items []string) (map[string]int64, error)
 }
@@ -334,6 +337,9 @@ func Stitch(key schemas.ListKey, asOf time.Time, ex Exact, open *summary.Summary
 	})
 	n := min(k+margin, len(ranked))
 	outsideAll := uint64(minCand) + open.Theta
+	if ex.All {
+		outsideAll = open.Theta
+	}
 	until := ex.Until.UTC()
 	l := &schemas.List{
 		Type: key.Type, Scope: key.Scope, Window: key.Window,

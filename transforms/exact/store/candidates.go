@@ -146,23 +146,26 @@ func (s *Store) readCandidates(ctx context.Context, id listID, w schemas.Window)
 }
 
 // Candidates returns the exact top candidates of a long window (24h or all)
-// in rank order (count descending, ties by item), and the hour up to which
-// they are exact: for 24h the end of the window they total; for all the
-// store's exact_until (totals may also include hours recounted after a gap).
-func (s *Store) Candidates(ctx context.Context, typ, scope string, window schemas.Window) ([]schemas.ExactCount, time.Time, error) {
+// in rank order (count descending, ties by item), the hour up to which they
+// are exact (for 24h the end of the window they total; for all the store's
+// exact_until: totals may also include hours recounted after a gap), and
+// whether they are every item with a count in the window (the list is
+// shorter than its capacity: TopOfHours and the all-time update keep that
+// true), so an item outside them counts zero.
+func (s *Store) Candidates(ctx context.Context, typ, scope string, window schemas.Window) (list []schemas.ExactCount, until time.Time, all bool, err error) {
 	if window != schemas.Window24h && window != schemas.WindowAll {
-		return nil, time.Time{}, fmt.Errorf("store: no exact candidates for window %q", window)
+		return nil, time.Time{}, false, fmt.Errorf("store: no exact candidates for window %q", window)
 	}
-	list, _, until, err := s.readCandidates(ctx, listID{typ, scope}, window)
+	list, limit, until, err := s.readCandidates(ctx, listID{typ, scope}, window)
 	if err != nil {
-		return nil, time.Time{}, err
+		return nil, time.Time{}, false, err
 	}
 	if window == schemas.WindowAll {
 		if until, err = s.ExactUntil(ctx); err != nil {
-			return nil, time.Time{}, err
+			return nil, time.Time{}, false, err
 		}
 	}
-	return list, until, nil
+	return list, until, len(list) < limit, nil
 }
 
 // updateAllCandidates writes the all-time candidates of a list after an hour

@@ -318,7 +318,7 @@ func TestRecompute24h(t *testing.T) {
 			t.Errorf("item of a dropped hour still has a 24h total: %v", got)
 		}
 		checkCandidates(t, s, schemas.Window24h, sumOf(hours[2:26]...), 15)
-		_, until, err := s.Candidates(ctx, "video", "global", schemas.Window24h)
+		_, until, _, err := s.Candidates(ctx, "video", "global", schemas.Window24h)
 		must(t, err)
 		if !until.Equal(hr(26)) {
 			t.Errorf("24h candidates exact until %v, want %v", until, hr(26))
@@ -328,14 +328,18 @@ func TestRecompute24h(t *testing.T) {
 
 // checkCandidates: the candidates of each list are the true top n by the
 // exact totals (counts equal rank by rank; items equal above the last tied
-// count).
+// count), and say they are every item exactly when the list has fewer than
+// n items.
 func checkCandidates(t *testing.T, s *Store, w schemas.Window, totals map[string]int64, n int) {
 	t.Helper()
 	for _, scope := range []string{"global", "IN"} {
-		got, _, err := s.Candidates(context.Background(), "video", scope, w)
+		got, _, all, err := s.Candidates(context.Background(), "video", scope, w)
 		must(t, err)
 		if msg := sameTop(got, trueTop(totals, scope, n)); msg != "" {
 			t.Fatalf("%s/%s: %s", scope, w, msg)
+		}
+		if every := len(trueTop(totals, scope, len(totals)+1)) < n; all != every {
+			t.Fatalf("%s/%s: candidates are every item: %v, want %v", scope, w, all, every)
 		}
 	}
 }
@@ -429,8 +433,11 @@ func TestKeyEscaping(t *testing.T) {
 		if !maps.Equal(tot, map[string]int64{"#fun": 7}) {
 			t.Errorf("Totals(IN-MH) = %v", tot)
 		}
-		c, _, err := s.Candidates(ctx, "tag", "IN", schemas.WindowAll)
+		c, _, all, err := s.Candidates(ctx, "tag", "IN", schemas.WindowAll)
 		must(t, err)
+		if !all {
+			t.Errorf("3 candidates of capacity 30 do not say they are every item")
+		}
 		if len(c) != 3 || c[0].Item != "#fun" || c[0].Count != 3 {
 			t.Errorf("Candidates(tag, IN) = %+v", c)
 		}
