@@ -1,9 +1,12 @@
 // Command archive runs the exact path's archiver (transforms/archive): it
 // reads beacons from its own Pub/Sub subscription on the "views" topic and
 // writes every event, by event hour, as Parquet under --root, closing each
-// hour --grace after it ends.
+// hour --grace after it ends. --root is a local folder or gs://bucket/prefix
+// (Cloud Storage: Application Default Credentials, or STORAGE_EMULATOR_HOST's
+// emulator).
 //
 //	go run ./pipelines/archive --root=./archive
+//	go run ./pipelines/archive --root=gs://my-bucket/archive --subscription=projects/P/subscriptions/archive
 //	PUBSUB_EMULATOR_HOST=127.0.0.1:8085 go run ./pipelines/archive --subscription=projects/topk-local/subscriptions/archive
 //
 // With an emulator or fake (--pubsub_endpoint, default $PUBSUB_EMULATOR_HOST)
@@ -45,7 +48,7 @@ func ParseFlags(args []string, stderr io.Writer) (Flags, error) {
 	var f Flags
 	fs := flag.NewFlagSet("archive", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&f.Root, "root", "./archive", "archive root (a local folder; gs:// is not supported yet)")
+	fs.StringVar(&f.Root, "root", "./archive", "archive root: a local folder, or gs://bucket/prefix")
 	fs.StringVar(&f.Subscription, "subscription", "projects/topk-local/subscriptions/archive", "Pub/Sub subscription, projects/P/subscriptions/S")
 	fs.StringVar(&f.Topic, "topic", "views", "topic the subscription reads; created with it on an emulator when missing")
 	fs.DurationVar(&f.Grace, "grace", archive.DefaultGrace, "an event hour closes this long after it ends")

@@ -10,6 +10,7 @@ import (
 
 	"cloud.google.com/go/pubsub/v2"
 
+	"github.com/topk-dev/topk/internal/gcstest"
 	"github.com/topk-dev/topk/internal/pubsubx"
 	"github.com/topk-dev/topk/schemas"
 	"github.com/topk-dev/topk/transforms/archive"
@@ -34,19 +35,27 @@ func TestFlagsDefaults(t *testing.T) {
 	if _, err := ParseFlags([]string{"--grace=3m", "extra"}, io.Discard); err == nil {
 		t.Fatal("a stray argument was accepted")
 	}
-	f, _ = ParseFlags([]string{"--root=gs://b/a"}, io.Discard)
+	f, _ = ParseFlags([]string{"--root=s3://b/a"}, io.Discard)
 	if err := Run(context.Background(), f); err == nil || !strings.Contains(err.Error(), "gs://") {
-		t.Fatalf("Run with a gs:// root = %v, want a clear error", err)
+		t.Fatalf("Run with an s3:// root = %v, want a clear error", err)
+	}
+	if f, _ = ParseFlags([]string{"--root=gs://b/a"}, io.Discard); f.Config().Validate() != nil {
+		t.Fatalf("a gs:// root is refused: %v", f.Config().Validate())
 	}
 }
 
-// TestRunArchivesToRoot checks the command end to end on pstest: it creates
+// TestRunArchivesToRoot checks the command end to end on pstest, with a
+// local and a gs:// root (the in-process fake Cloud Storage): it creates
 // its subscription on the fake, archives a published beacon under --root in
 // its event hour, and exits on --idle_stop.
 func TestRunArchivesToRoot(t *testing.T) {
+	t.Run("local", func(t *testing.T) { testRunArchivesToRoot(t, t.TempDir()) })
+	t.Run("gcs", func(t *testing.T) { testRunArchivesToRoot(t, gcstest.Root(t)) })
+}
+
+func testRunArchivesToRoot(t *testing.T, root string) {
 	emb := pubsubx.StartEmbedded()
 	defer emb.Close()
-	root := t.TempDir()
 	f, err := ParseFlags([]string{"--root=" + root, "--pubsub_endpoint=" + emb.Addr,
 		"--subscription=projects/p/subscriptions/archive", "--idle_stop=1s"}, io.Discard)
 	if err != nil {

@@ -3,13 +3,20 @@
 //
 //	go run ./pipelines/exact --archive=/data/archive --hour=2026-11-30T10
 //	go run ./pipelines/exact --archive=/data/archive --from=2026-11-30T00 --to=2026-12-01T00
+//	go run ./pipelines/exact --archive=gs://my-bucket/archive --hour=2026-11-30T10
+//
+// --archive is a local folder or gs://bucket/prefix (Cloud Storage:
+// Application Default Credentials, or STORAGE_EMULATOR_HOST's emulator); the
+// job reads the hour's objects by range requests and uploads the exact
+// table to the same root.
 //
 // For each hour, in order: read the hour's Parquet files and its late/
 // folder, drop duplicate event_ids, count per (type, scope, item) for every
 // scope of the event, then
 //
 //  1. write the exact hourly table as Parquet at
-//     ARCHIVE/exact/hour=.../counts.parquet (temp + rename: overwrite);
+//     ARCHIVE/exact/hour=.../counts.parquet (temp + rename, or one upload:
+//     overwrite);
 //  2. overwrite the hour's counts in Bigtable and apply them to the all-time
 //     totals by the difference from what the hour's last run wrote, then
 //     update the all-time candidates (store.WriteHour);
@@ -19,7 +26,9 @@
 //     follow it without a gap.
 //
 // The Beam job only counts: it writes one Parquet file per item partition
-// to a staging folder, and the writes above happen here, after the job has
+// to a staging folder (a local path: --staging, by default next to the exact
+// table under a local archive and the system's temp folder under a gs://
+// one), and the writes above happen here, after the job has
 // succeeded, from those files. That keeps every external write out of
 // bundles a runner may retry, and each write is an overwrite or a ledger
 // difference, so rerunning the command for an hour (three times, or after a
@@ -27,9 +36,11 @@
 //
 // The runner is Beam's --runner flag: Prism in-process by default,
 // --runner=universal --endpoint=HOST:PORT --environment_type=LOOPBACK for a
-// portable job server, --runner=dataflow for Dataflow (the staging folder and
-// archive must then be reachable by the workers; this command supports local
-// archive folders only). Bigtable: BIGTABLE_EMULATOR_HOST selects an
+// portable job server, --runner=dataflow for Dataflow (the archive and the
+// staging folder must then be reachable by the workers: a gs:// archive is,
+// but the staging folder is a local path, so a runner whose workers are
+// other machines needs --staging on a folder they all share and this
+// command can read, such as an NFS mount). Bigtable: BIGTABLE_EMULATOR_HOST selects an
 // emulator; with neither it nor a real --bigtable_project, an in-process
 // bttest is started and its tables vanish at exit (the Parquet table stays).
 package main
@@ -59,7 +70,11 @@ import (
 
 // Config is one run of the command.
 type Config struct {
-	Archive string      // archive root (local folder)
+	Archive string // archive root: a local folder or gs://bucket/prefix
+	// Staging is the local folder the job's count files go to, in a new
+	// temporary folder removed afterwards. Empty: next to the exact table
+	// for a local archive, the system's temp folder for a gs:// one.
+	Staging string
 	Hours   []time.Time // hours to recount, in order
 	K       int         // list depth; candidates keep 3K
 	Shards  int         // event_id shards for the dedupe
@@ -111,8 +126,11 @@ func BeamRunner(ctx context.Context, p *beam.Pipeline) (map[string]int64, error)
 
 // Run recounts cfg.Hours one after another.
 func Run(ctx context.Context, cfg Config) ([]HourReport, error) {
-	if cfg.Archive == "" || strings.HasPrefix(cfg.Archive, "gs://") {
-		return nil, fmt.Errorf("exact: --archive must be a local folder (got %q)", cfg.Archive)
+	if err := archive.CheckRoot(cfg.Archive); err != nil {
+		return nil, fmt.Errorf("exact: --archive: %w", err)
+	}
+	if archive.IsGCS(cfg.Staging) || strings.Contains(cfg.Staging, "://") {
+		return nil, fmt.Errorf("exact: --staging must be a local folder (got %q)", cfg.Staging)
 	}
 	if cfg.K <= 0 || cfg.Shards <= 0 || cfg.Parts <= 0 {
 		return nil, fmt.Errorf("exact: k, shards and parts must be positive")
@@ -156,7 +174,7 @@ func runHour(ctx context.Context, cfg Config, st *store.Store, hour time.Time) (
 	if hour != hour.Truncate(time.Hour) {
 		return rep, fmt.Errorf("not a whole hour")
 	}
-	files, closed, err := archive.ListHour(cfg.Archive, hour)
+	files, closed, err := archive.ListHourContext(ctx, cfg.Archive, hour)
 	if err != nil {
 		return rep, err
 	}
@@ -165,10 +183,17 @@ func runHour(ctx context.Context, cfg Config, st *store.Store, hour time.Time) (
 	}
 	rep.Files = len(files)
 	exactPath := schemas.ExactHourPath(cfg.Archive, hour)
-	if err := os.MkdirAll(filepath.Dir(exactPath), 0o755); err != nil {
+	stagingParent := cfg.Staging
+	switch {
+	case stagingParent == "" && archive.IsGCS(cfg.Archive):
+		stagingParent = os.TempDir()
+	case stagingParent == "":
+		stagingParent = filepath.Dir(exactPath)
+	}
+	if err := os.MkdirAll(stagingParent, 0o755); err != nil {
 		return rep, err
 	}
-	staging, err := os.MkdirTemp(filepath.Dir(exactPath), ".staging-")
+	staging, err := os.MkdirTemp(stagingParent, ".staging-")
 	if err != nil {
 		return rep, err
 	}
@@ -193,7 +218,7 @@ func runHour(ctx context.Context, cfg Config, st *store.Store, hour time.Time) (
 		rep.Metrics = map[string]int64{}
 	}
 	checkCounted(rep.Metrics, counts)
-	if err := writeParquet(exactPath, counts); err != nil {
+	if err := writeParquet(ctx, exactPath, counts); err != nil {
 		return rep, err
 	}
 	if st == nil {
@@ -258,6 +283,7 @@ func checkCounted(m map[string]int64, counts []schemas.ExactCount) {
 // Flags is the command line.
 type Flags struct {
 	Archive, Hour, From, To string
+	Staging                 string
 	Project, Instance       string
 	K, Shards, Parts        int
 	Readers, Waves          int
@@ -268,7 +294,8 @@ type Flags struct {
 
 // Register defines the flags on fs.
 func (f *Flags) Register(fs *flag.FlagSet) {
-	fs.StringVar(&f.Archive, "archive", "archive", "archive root (local folder)")
+	fs.StringVar(&f.Archive, "archive", "archive", "archive root: a local folder, or gs://bucket/prefix")
+	fs.StringVar(&f.Staging, "staging", "", "local folder for the job's count files (default: next to the exact table for a local archive, the temp folder for gs://); with a gs:// archive and workers on other machines, a folder they all share")
 	fs.StringVar(&f.Hour, "hour", "", "one event hour to recount, e.g. 2026-11-30T10")
 	fs.StringVar(&f.From, "from", "", "first hour of a range to recount")
 	fs.StringVar(&f.To, "to", "", "end of the range, exclusive (the first hour not recounted)")
@@ -287,7 +314,7 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 
 // Config turns the flags into a Config (without a store connection).
 func (f *Flags) Config() (Config, error) {
-	cfg := Config{Archive: f.Archive, K: f.K, Shards: f.Shards, Parts: f.Parts, Readers: f.Readers, Waves: f.Waves, RequireClosed: f.RequireClosed,
+	cfg := Config{Archive: f.Archive, Staging: f.Staging, K: f.K, Shards: f.Shards, Parts: f.Parts, Readers: f.Readers, Waves: f.Waves, RequireClosed: f.RequireClosed,
 		Project: f.Project, Instance: f.Instance, ListsDir: f.ListsDir, MetricsFile: f.MetricsFile, ParquetOnly: !f.Bigtable}
 	parse := func(name, v string) (time.Time, error) {
 		t, err := time.Parse(store.HourFormat, v)

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -21,6 +20,7 @@ import (
 	"github.com/parquet-go/parquet-go"
 
 	"github.com/topk-dev/topk/schemas"
+	"github.com/topk-dev/topk/transforms/archive"
 	"github.com/topk-dev/topk/transforms/summary"
 )
 
@@ -168,12 +168,16 @@ func (f *readFn) StartBundle(_ context.Context, _ func(int, []byte)) {
 }
 
 func (f *readFn) ProcessElement(ctx context.Context, path string, emit func(int, []byte)) error {
-	fh, err := os.Open(path)
+	fh, err := archive.OpenFile(ctx, path)
 	if err != nil {
 		return err
 	}
 	defer fh.Close()
-	r := parquet.NewGenericReader[schemas.ArchiveEvent](fh)
+	pf, err := parquet.OpenFile(fh, fh.Size())
+	if err != nil {
+		return fmt.Errorf("read %s: %w", path, err)
+	}
+	r := parquet.NewGenericReader[schemas.ArchiveEvent](pf)
 	defer r.Close()
 	rows := make([]schemas.ArchiveEvent, 1024)
 	hour := time.UnixMilli(f.HourMs).UTC()
@@ -522,7 +526,7 @@ func (f *sumWriteFn) ProcessElement(ctx context.Context, part int, iter func(*[]
 	sums = nil
 	sortCounts(rows)
 	mRows.Inc(ctx, int64(len(rows)))
-	if err := writeParquet(filepath.Join(f.Staging, fmt.Sprintf("part-%05d.parquet", part)), rows); err != nil {
+	if err := writeParquet(ctx, filepath.Join(f.Staging, fmt.Sprintf("part-%05d.parquet", part)), rows); err != nil {
 		return err
 	}
 	emit(int64(len(rows)))
@@ -549,34 +553,20 @@ func sortCounts(rows []schemas.ExactCount) {
 	})
 }
 
-// writeParquet writes rows to path through a temp file in the same folder
-// and a rename, so a reader sees the old file or the new one, never half.
-func writeParquet(path string, rows []schemas.ExactCount) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path)+"-*")
+// writeParquet writes rows to path, a local path or a gs:// URL, with
+// archive.WriteFile: a reader sees the old file or the new one, never half.
+func writeParquet(ctx context.Context, path string, rows []schemas.ExactCount) error {
+	err := archive.WriteFile(ctx, path, func(w io.Writer) error {
+		pw := parquet.NewGenericWriter[schemas.ExactCount](w)
+		if _, err := pw.Write(rows); err != nil {
+			return err
+		}
+		return pw.Close()
+	})
 	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	w := parquet.NewGenericWriter[schemas.ExactCount](tmp)
-	if _, err := w.Write(rows); err != nil {
-		tmp.Close()
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	if err := w.Close(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return nil
 }
 
 // readCounts reads every part file in dir.

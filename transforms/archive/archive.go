@@ -52,8 +52,9 @@ const TSAttribute = "ts"
 
 // Config is one archiver.
 type Config struct {
-	// Root is the archive root, a local folder. gs:// roots are not
-	// supported yet.
+	// Root is the archive root: a local folder, or gs://bucket/prefix in
+	// Google Cloud Storage (credentials: Application Default Credentials;
+	// STORAGE_EMULATOR_HOST selects an emulator or fake).
 	Root string
 	// Subscription is the full name, projects/P/subscriptions/S.
 	Subscription string
@@ -147,12 +148,6 @@ func (c Config) withDefaults() Config {
 func (c Config) Validate() error {
 	c = c.withDefaults()
 	switch {
-	case c.Root == "":
-		return errors.New("archive: root is empty")
-	case strings.HasPrefix(c.Root, "gs://"):
-		return fmt.Errorf("archive: root %q: gs:// archive roots are not supported yet; use a local folder", c.Root)
-	case strings.Contains(c.Root, "://"):
-		return fmt.Errorf("archive: root %q: only local folders are supported", c.Root)
 	case c.Grace < 0:
 		return fmt.Errorf("archive: grace %v is negative", c.Grace)
 	case c.FlushEvery < 0:
@@ -165,6 +160,9 @@ func (c Config) Validate() error {
 		return errors.New("archive: pull wait, idle wait and idle stop must not be negative")
 	case strings.ContainsAny(c.WriterID, "/\\. "):
 		return fmt.Errorf("archive: writer id %q must not contain '/', '\\', '.' or spaces", c.WriterID)
+	}
+	if _, err := openRoot(c.Root); err != nil {
+		return fmt.Errorf("archive: %w", err)
 	}
 	if err := checkSubscription(c.Subscription); err != nil {
 		return fmt.Errorf("archive: %w", err)
@@ -199,8 +197,13 @@ func Run(ctx context.Context, client *pubsub.Client, cfg Config) error {
 		}
 		cfg.WriterID = hex.EncodeToString(b[:])
 	}
+	root, err := openRoot(cfg.Root)
+	if err != nil {
+		return fmt.Errorf("archive: %w", err)
+	}
 	a := &archiver{
 		cfg:    cfg,
+		root:   root,
 		subs:   client.SubscriptionAdminClient,
 		log:    cfg.Logger.With("subscription", cfg.Subscription, "writer", cfg.WriterID),
 		rows:   make(map[time.Time][]schemas.ArchiveEvent),
@@ -215,7 +218,7 @@ func Run(ctx context.Context, client *pubsub.Client, cfg Config) error {
 		a.log.Warn("archive: flush period shortened to half the ack deadline", "flush_every", a.cfg.FlushEvery, "ack_deadline", 2*d)
 		a.cfg.FlushEvery = d
 	}
-	open, err := openHours(cfg.Root)
+	open, err := openHours(ctx, a.root)
 	if err != nil {
 		return fmt.Errorf("archive: %w", err)
 	}
@@ -236,6 +239,7 @@ func Run(ctx context.Context, client *pubsub.Client, cfg Config) error {
 // archiver is one Run's state. One goroutine: no locks.
 type archiver struct {
 	cfg  Config
+	root store
 	subs *vkit.SubscriptionAdminClient
 	log  *slog.Logger
 
@@ -406,7 +410,7 @@ func (a *archiver) closeDue(ctx context.Context) error {
 	}
 	slices.SortFunc(due, func(x, y time.Time) int { return x.Compare(y) })
 	for _, h := range due {
-		wrote, err := closeHour(a.cfg.Root, h, a.cfg.WriterID, now)
+		wrote, err := closeHour(ctx, a.root, h, a.cfg.WriterID, now)
 		if err != nil {
 			return fmt.Errorf("archive: close hour %s: %w", schemas.HourDir(h), err)
 		}
@@ -439,7 +443,7 @@ func (a *archiver) flush(ctx context.Context) error {
 	slices.SortFunc(hours, func(x, y time.Time) int { return x.Compare(y) })
 	for _, h := range hours {
 		rows := a.rows[h]
-		late, err := writeHourFile(a.cfg.Root, h, a.nextName("parquet"), rows)
+		late, err := writeHourFile(ctx, a.root, h, a.nextName("parquet"), rows)
 		if err != nil {
 			return fmt.Errorf("archive: flush hour %s: %w", schemas.HourDir(h), err)
 		}
@@ -453,7 +457,7 @@ func (a *archiver) flush(ctx context.Context) error {
 	}
 	a.nrows = 0
 	if len(a.dead) > 0 {
-		if err := writeDeadLetters(a.cfg.Root, a.nextName("ndjson"), a.dead); err != nil {
+		if err := writeDeadLetters(ctx, a.root, a.nextName("ndjson"), a.dead); err != nil {
 			return fmt.Errorf("archive: flush dead letters: %w", err)
 		}
 		a.stats.DeadLetters += int64(len(a.dead))

@@ -7,7 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
+	"io"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -19,6 +19,7 @@ import (
 	"cloud.google.com/go/pubsub/v2"
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 
+	"github.com/topk-dev/topk/internal/gcstest"
 	"github.com/topk-dev/topk/internal/pubsubx"
 	"github.com/topk-dev/topk/schemas"
 )
@@ -62,6 +63,19 @@ func forEachBackend(t *testing.T, fn func(t *testing.T, addr string)) {
 	})
 }
 
+// forEachRoot runs fn with a local archive root and with a gs:// root on
+// the in-process fake Cloud Storage (internal/gcstest).
+func forEachRoot(t *testing.T, fn func(t *testing.T, newRoot func(testing.TB) string)) {
+	t.Run("local", func(t *testing.T) {
+		t.Parallel()
+		fn(t, func(tb testing.TB) string { return tb.TempDir() })
+	})
+	t.Run("gcs", func(t *testing.T) {
+		t.Parallel()
+		fn(t, gcstest.Root)
+	})
+}
+
 // env is one test's topic and subscription.
 type env struct {
 	client *pubsub.Client
@@ -71,7 +85,7 @@ type env struct {
 	clock  *clock
 }
 
-func newEnv(t testing.TB, addr string) *env {
+func newEnv(t testing.TB, addr, root string) *env {
 	t.Helper()
 	ctx := context.Background()
 	c, err := pubsubx.NewClient(ctx, testProject, addr)
@@ -83,7 +97,7 @@ func newEnv(t testing.TB, addr string) *env {
 	rand.Read(b[:])
 	id := hex.EncodeToString(b[:])
 	e := &env{client: c, topic: "views-" + id, sub: pubsubx.SubscriptionName(testProject, "archive-"+id),
-		root: t.TempDir(), clock: &clock{}}
+		root: root, clock: &clock{}}
 	if err := pubsubx.EnsureTopic(ctx, c, e.topic); err != nil {
 		t.Fatal(err)
 	}
@@ -210,8 +224,12 @@ func inHour(events []schemas.Event, h time.Time) []schemas.Event {
 // event arriving for a closed hour lands in that hour's late/ folder, where
 // ReadHour finds it.
 func TestArchive(t *testing.T) {
+	forEachRoot(t, func(t *testing.T, newRoot func(testing.TB) string) { testArchive(t, newRoot) })
+}
+
+func testArchive(t *testing.T, newRoot func(testing.TB) string) {
 	forEachBackend(t, func(t *testing.T, addr string) {
-		e := newEnv(t, addr)
+		e := newEnv(t, addr, newRoot(t))
 		// 40 events from 10:40 to 11:19:00, one a minute: both hours.
 		events := genEvents("e", h0.Add(40*time.Minute+123*time.Millisecond), time.Minute, 40)
 		bad := schemas.Event{EventID: "bad-1", Type: "video", TS: h0.Add(time.Minute)} // no item
@@ -300,7 +318,7 @@ var errCrash = errors.New("simulated crash before ack")
 // so every event is in the archive twice (duplicates), none missing.
 func TestArchiveCrashBeforeAck(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, addr string) {
-		e := newEnv(t, addr)
+		e := newEnv(t, addr, t.TempDir())
 		events := genEvents("c", h0.Add(30*time.Minute), 5*time.Second, 300) // 10:30 to 10:55
 		var payloads [][]byte
 		for i := 0; i < len(events); i += 50 {
@@ -348,24 +366,40 @@ func TestArchiveCrashBeforeAck(t *testing.T) {
 // marker at the moment of its rename: into the hour's folder while open,
 // into late/ once closed; and that closing twice writes the marker once.
 func TestLateDestinationFollowsMarker(t *testing.T) {
-	root := t.TempDir()
+	forEachRoot(t, testLateDestinationFollowsMarker)
+}
+
+func testLateDestinationFollowsMarker(t *testing.T, newRoot func(testing.TB) string) {
+	ctx := context.Background()
+	root := newRoot(t)
+	st, err := openRoot(root)
+	if err != nil {
+		t.Fatal(err)
+	}
 	rows := rowsOf(genEvents("x", h0, time.Second, 3))
-	late, err := writeHourFile(root, h0, "part-a-000001.parquet", rows)
+	late, err := writeHourFile(ctx, st, h0, "part-a-000001.parquet", rows)
 	if err != nil || late {
 		t.Fatalf("open hour: late=%v err=%v, want the hour's own folder", late, err)
 	}
-	if wrote, err := closeHour(root, h0, "a", h1); err != nil || !wrote {
+	if wrote, err := closeHour(ctx, st, h0, "a", h1); err != nil || !wrote {
 		t.Fatalf("closeHour = %v, %v; want the marker written", wrote, err)
 	}
-	if wrote, err := closeHour(root, h0, "b", h1); err != nil || wrote {
+	if wrote, err := closeHour(ctx, st, h0, "b", h1); err != nil || wrote {
 		t.Fatalf("second closeHour = %v, %v; want nothing written", wrote, err)
 	}
-	late, err = writeHourFile(root, h0, "part-a-000002.parquet", rows[:1])
+	// Past the check, the marker's own write refuses to replace it.
+	if wrote, err := st.create(ctx, hourDir(h0)+"/"+schemas.ArchiveClosed, []byte("other")); err != nil || wrote {
+		t.Fatalf("create over the marker = %v, %v; want nothing written", wrote, err)
+	}
+	late, err = writeHourFile(ctx, st, h0, "part-a-000002.parquet", rows[:1])
 	if err != nil || !late {
 		t.Fatalf("closed hour: late=%v err=%v, want late/", late, err)
 	}
 	// A temporary file left by a crash is not part of the hour.
-	if err := os.WriteFile(filepath.Join(hourPath(root, h0), ".part-z.parquet.tmp-1"), []byte("junk"), 0o644); err != nil {
+	if err := st.write(ctx, hourDir(h0), ".part-z.parquet.tmp-1", func(w io.Writer) error {
+		_, err := io.WriteString(w, "junk")
+		return err
+	}, nil); err != nil {
 		t.Fatal(err)
 	}
 	files, closed, err := ListHour(root, h0)
@@ -379,19 +413,26 @@ func TestLateDestinationFollowsMarker(t *testing.T) {
 	if d := diffRows(got, want); d != "" {
 		t.Fatal(d)
 	}
-	open, err := openHours(root)
+	open, err := openHours(ctx, st)
 	if err != nil || len(open) != 0 {
 		t.Fatalf("openHours = %v, %v; want none", open, err)
 	}
 }
 
 // TestConfigValidate checks that a configuration is rejected with a clear
-// reason: gs:// roots (not supported yet), a bad subscription name,
+// reason: roots other than local folders and gs://bucket, a bad subscription name,
 // negative durations; and that the zero durations take their defaults.
 func TestConfigValidate(t *testing.T) {
 	ok := Config{Root: "/tmp/a", Subscription: "projects/p/subscriptions/s"}
 	if err := ok.Validate(); err != nil {
 		t.Fatalf("valid config: %v", err)
+	}
+	for _, root := range []string{"gs://bucket", "gs://bucket/archive/", "./archive"} {
+		c := ok
+		c.Root = root
+		if err := c.Validate(); err != nil {
+			t.Fatalf("root %q: %v", root, err)
+		}
 	}
 	if d := ok.withDefaults(); d.Grace != DefaultGrace || d.FlushEvery != DefaultFlushEvery || d.MaxRows != DefaultMaxRows {
 		t.Fatalf("defaults: %+v", d)
@@ -400,7 +441,8 @@ func TestConfigValidate(t *testing.T) {
 		mod  func(*Config)
 		want string
 	}{
-		"gs":      {func(c *Config) { c.Root = "gs://bucket/archive" }, "gs:// archive roots are not supported yet"},
+		"s3":      {func(c *Config) { c.Root = "s3://bucket/archive" }, "only local folders and gs://bucket/prefix"},
+		"bucket":  {func(c *Config) { c.Root = "gs:///archive" }, "want gs://bucket"},
 		"empty":   {func(c *Config) { c.Root = "" }, "root is empty"},
 		"sub":     {func(c *Config) { c.Subscription = "archive" }, "projects/P/subscriptions/S"},
 		"grace":   {func(c *Config) { c.Grace = -time.Minute }, "grace"},
@@ -413,8 +455,8 @@ func TestConfigValidate(t *testing.T) {
 			t.Errorf("%s: Validate() = %v, want an error containing %q", name, err, tc.want)
 		}
 	}
-	if _, _, err := ListHour("gs://b/a", h0); err == nil || !strings.Contains(err.Error(), "gs://") {
-		t.Errorf("ListHour(gs://) = %v, want a clear error", err)
+	if _, _, err := ListHour("s3://b/a", h0); err == nil || !strings.Contains(err.Error(), "gs://") {
+		t.Errorf("ListHour(s3://) = %v, want a clear error", err)
 	}
 }
 
@@ -422,10 +464,18 @@ func TestConfigValidate(t *testing.T) {
 // earlier run (no marker) is closed by the next run once due, even when no
 // new message arrives for it.
 func TestOpenHoursClosedAfterRestart(t *testing.T) {
+	forEachRoot(t, testOpenHoursClosedAfterRestart)
+}
+
+func testOpenHoursClosedAfterRestart(t *testing.T, newRoot func(testing.TB) string) {
 	emb := pubsubx.StartEmbedded()
 	defer emb.Close()
-	e := newEnv(t, emb.Addr)
-	if _, err := writeHourFile(e.root, h0, "part-old-000001.parquet", rowsOf(genEvents("o", h0, time.Second, 2))); err != nil {
+	e := newEnv(t, emb.Addr, newRoot(t))
+	root, err := openRoot(e.root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := writeHourFile(context.Background(), root, h0, "part-old-000001.parquet", rowsOf(genEvents("o", h0, time.Second, 2))); err != nil {
 		t.Fatal(err)
 	}
 	e.clock.Set(h1.Add(DefaultGrace - time.Second))
@@ -443,4 +493,57 @@ func TestOpenHoursClosedAfterRestart(t *testing.T) {
 	if _, closed, _ := ListHour(e.root, h0); !closed {
 		t.Fatal("h0 still open at its end plus grace")
 	}
+}
+
+// TestWriteOpenFile checks WriteFile and OpenFile on both kinds of root: an
+// overwrite replaces the file; random reads (within a block, across the
+// Cloud Storage reader's blocks, the whole file, past the end) return the
+// bytes written; ListHour's addresses are under the root.
+func TestWriteOpenFile(t *testing.T) {
+	forEachRoot(t, func(t *testing.T, newRoot func(testing.TB) string) {
+		ctx := context.Background()
+		root := newRoot(t)
+		p := schemas.ExactHourPath(root, h0)
+		data := make([]byte, 3*gcsBlockSize+123)
+		rand.Read(data)
+		for _, d := range [][]byte{[]byte("old content"), data} {
+			if err := WriteFile(ctx, p, func(w io.Writer) error { _, err := w.Write(d); return err }); err != nil {
+				t.Fatal(err)
+			}
+		}
+		f, err := OpenFile(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if f.Size() != int64(len(data)) {
+			t.Fatalf("size %d, want %d", f.Size(), len(data))
+		}
+		for _, r := range [][2]int{{0, 10}, {gcsBlockSize - 5, 10}, {0, len(data)}, {2*gcsBlockSize + 7, gcsBlockSize}, {5, 3}} {
+			buf := make([]byte, r[1])
+			if n, err := f.ReadAt(buf, int64(r[0])); err != nil || n != r[1] || !bytes.Equal(buf, data[r[0]:r[0]+r[1]]) {
+				t.Fatalf("ReadAt(%d, %d) = %d, %v, or other bytes", r[0], r[1], n, err)
+			}
+		}
+		buf := make([]byte, 200)
+		if n, err := f.ReadAt(buf, int64(len(data)-100)); n != 100 || err != io.EOF || !bytes.Equal(buf[:n], data[len(data)-100:]) {
+			t.Fatalf("ReadAt past the end = %d, %v; want 100, EOF", n, err)
+		}
+		if _, err := writeHourFile(ctx, mustRoot(t, root), h0, "part-a-000001.parquet", rowsOf(genEvents("w", h0, time.Second, 2))); err != nil {
+			t.Fatal(err)
+		}
+		files, _, err := ListHour(root, h0)
+		if err != nil || len(files) != 1 || !strings.HasPrefix(files[0], strings.TrimPrefix(root, "./")) {
+			t.Fatalf("ListHour = %v, %v; want one file under %s", files, err, root)
+		}
+	})
+}
+
+func mustRoot(t testing.TB, root string) store {
+	t.Helper()
+	st, err := openRoot(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }

@@ -17,8 +17,7 @@ import (
 func BenchmarkArchivePstest(b *testing.B) {
 	emb := pubsubx.StartEmbedded()
 	defer emb.Close()
-	e := newEnv(b, emb.Addr)
-	e.root = b.TempDir()
+	e := newEnv(b, emb.Addr, b.TempDir())
 	pub := e.client.Publisher(e.topic)
 	var rs []*pubsub.PublishResult
 	for i := 0; i < b.N; i++ {

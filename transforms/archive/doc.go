@@ -6,8 +6,8 @@
 //
 // # Archive
 //
-// File layout under Config.Root (a local folder; gs:// is not supported yet),
-// as schemas/archive.go defines it:
+// File layout under Config.Root (a local folder, or gs://bucket/prefix in
+// Google Cloud Storage), as schemas/archive.go defines it:
 //
 //	events/hour=2026-11-30T10/part-<writer>-<seq>.parquet       events of that event hour
 //	events/hour=2026-11-30T10/late/part-<writer>-<seq>.parquet  written after the hour closed
@@ -19,12 +19,28 @@
 // other's files. Names starting with "." are temporary files: readers skip
 // them (ListHour does).
 //
+// # Roots
+//
+// The file operations go through one small interface with two
+// implementations. A local folder writes each file as a temporary file
+// that is fsynced, renamed into place and its folder fsynced. A gs:// root
+// (cloud.google.com/go/storage; credentials from Application Default
+// Credentials, or STORAGE_EMULATOR_HOST's emulator) builds the file in
+// memory, then uploads it: the object is durable once the Writer's Close
+// has returned. The _CLOSED marker is uploaded with a DoesNotExist
+// precondition, so of several archivers one writes it; listing an hour
+// lists the objects under its prefix and under its late/ prefix, and the
+// dead letters likewise. ListHour returns local paths or gs:// URLs, OpenFile
+// opens either for reading (an *os.File, or range reads of the object in
+// 1 MiB blocks, its size from its attributes), and WriteFile writes a file
+// durably (the exact table, pipelines/exact). Tests run the gs:// side
+// against an in-process fake (internal/gcstest).
+//
 // Delivery: at least once, never a loss. Pulled messages are decoded and
 // their events buffered per event hour; a flush (every FlushEvery, at
 // MaxRows buffered rows, before an hour closes, and on stop) writes one file
-// per hour with buffered rows, and one dead-letter file, each as a temporary
-// file that is fsynced, renamed into place and its folder fsynced; only then
-// are the flushed messages acknowledged. So a message is acked only after
+// per hour with buffered rows, and one dead-letter file, each durably (see
+// Roots); only then are the flushed messages acknowledged. So a message is acked only after
 // every file holding its events is durable.
 // A crash or a failed flush between the write and the ack leaves the messages
 // unacknowledged: Pub/Sub redelivers them and their events are archived a
@@ -39,11 +55,11 @@
 // own files are durable first) and writes H's _CLOSED marker. From then on,
 // rows of H land in H's late/ folder: the recount of a closed hour reads both
 // (ReadHour), and a late file is the sign that the hour needs recounting
-// again. A file's folder is chosen just before its rename, from the marker,
-// so no file of this archiver enters a closed hour's own folder. Hours left
+// again. A file's folder is chosen just before its rename (or upload), from
+// the marker, so no file of this archiver enters a closed hour's own folder. Hours left
 // open by an earlier run are found under the root at start and closed when
 // due. Several archivers may share the subscription; between them the
-// marker-then-rename check is not atomic, so a file may, within a few
+// marker-then-rename (or upload) check is not atomic, so a file may, within a few
 // microseconds of the close, still enter the hour's own folder.
 //
 // Stop: when the context ends (or, with IdleStop, after the subscription has

@@ -2,15 +2,15 @@ package archive
 
 import (
 	"bufio"
-	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -22,41 +22,23 @@ import (
 // DeadLetterDir is the dead-letter folder under the archive root.
 const DeadLetterDir = "deadletter"
 
-// checkLocalRoot rejects roots this package cannot read or write yet.
-func checkLocalRoot(root string) error {
-	if root == "" {
-		return errors.New("archive root is empty")
-	}
-	if strings.Contains(root, "://") {
-		return fmt.Errorf("archive root %q: only local folders are supported (gs:// is not yet)", root)
-	}
-	return nil
-}
-
-// hourPath is the local folder of an event hour.
-func hourPath(root string, hour time.Time) string {
-	return filepath.FromSlash(schemas.ArchiveHourPath(root, hour))
+// hourDir is the folder of an event hour, relative to the root.
+func hourDir(hour time.Time) string {
+	return schemas.ArchiveEventsDir + "/" + schemas.HourDir(hour)
 }
 
 // isClosed reports whether the hour's marker exists.
-func isClosed(root string, hour time.Time) (bool, error) {
-	_, err := os.Stat(filepath.Join(hourPath(root, hour), schemas.ArchiveClosed))
-	switch {
-	case err == nil:
-		return true, nil
-	case errors.Is(err, fs.ErrNotExist):
-		return false, nil
-	default:
-		return false, err
-	}
+func isClosed(ctx context.Context, st store, hour time.Time) (bool, error) {
+	return st.exists(ctx, hourDir(hour)+"/"+schemas.ArchiveClosed)
 }
 
 // writeHourFile writes rows as one Parquet file of hour: into the hour's own
 // folder, or its late/ folder when the hour is closed at the moment of the
-// rename. It reports whether the file went to late/.
-func writeHourFile(root string, hour time.Time, name string, rows []schemas.ArchiveEvent) (late bool, err error) {
-	dir := hourPath(root, hour)
-	err = writeDurable(dir, name, func(w io.Writer) error {
+// rename (local) or upload (Cloud Storage). It reports whether the file
+// went to late/.
+func writeHourFile(ctx context.Context, st store, hour time.Time, name string, rows []schemas.ArchiveEvent) (late bool, err error) {
+	dir := hourDir(hour)
+	err = st.write(ctx, dir, name, func(w io.Writer) error {
 		pw := parquet.NewGenericWriter[schemas.ArchiveEvent](w, parquet.Compression(&parquet.Zstd))
 		if _, err := pw.Write(rows); err != nil {
 			return fmt.Errorf("parquet write: %w", err)
@@ -66,13 +48,13 @@ func writeHourFile(root string, hour time.Time, name string, rows []schemas.Arch
 		}
 		return nil
 	}, func() (string, error) {
-		closed, err := isClosed(root, hour)
+		closed, err := isClosed(ctx, st, hour)
 		if err != nil {
 			return "", err
 		}
 		late = closed
 		if closed {
-			return filepath.Join(dir, schemas.ArchiveLateDir), nil
+			return dir + "/" + schemas.ArchiveLateDir, nil
 		}
 		return dir, nil
 	})
@@ -80,9 +62,8 @@ func writeHourFile(root string, hour time.Time, name string, rows []schemas.Arch
 }
 
 // writeDeadLetters writes one NDJSON file of dead letters.
-func writeDeadLetters(root, name string, dead []schemas.DeadLetter) error {
-	dir := filepath.Join(root, DeadLetterDir)
-	return writeDurable(dir, name, func(w io.Writer) error {
+func writeDeadLetters(ctx context.Context, st store, name string, dead []schemas.DeadLetter) error {
+	return st.write(ctx, DeadLetterDir, name, func(w io.Writer) error {
 		enc := json.NewEncoder(w)
 		for i := range dead {
 			if err := enc.Encode(&dead[i]); err != nil {
@@ -95,18 +76,14 @@ func writeDeadLetters(root, name string, dead []schemas.DeadLetter) error {
 
 // closeHour writes the hour's _CLOSED marker unless it exists, and reports
 // whether it wrote it.
-func closeHour(root string, hour time.Time, writer string, now time.Time) (bool, error) {
-	closed, err := isClosed(root, hour)
+func closeHour(ctx context.Context, st store, hour time.Time, writer string, now time.Time) (bool, error) {
+	closed, err := isClosed(ctx, st, hour)
 	if err != nil || closed {
 		return false, err
 	}
 	body := fmt.Sprintf("{\"hour\":%q,\"closed_at\":%q,\"writer\":%q}\n",
 		hour.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339Nano), writer)
-	err = writeDurable(hourPath(root, hour), schemas.ArchiveClosed, func(w io.Writer) error {
-		_, err := io.WriteString(w, body)
-		return err
-	}, nil)
-	return err == nil, err
+	return st.create(ctx, hourDir(hour)+"/"+schemas.ArchiveClosed, []byte(body))
 }
 
 // writeDurable writes name durably: a temporary file (".name.tmp-*") in dir,
@@ -197,24 +174,18 @@ func syncDir(dir string) error {
 }
 
 // openHours lists the hours under root/events that have no marker.
-func openHours(root string) ([]time.Time, error) {
-	entries, err := os.ReadDir(filepath.Join(root, schemas.ArchiveEventsDir))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
+func openHours(ctx context.Context, st store) ([]time.Time, error) {
+	_, dirs, err := st.list(ctx, schemas.ArchiveEventsDir)
 	if err != nil {
 		return nil, fmt.Errorf("list hours: %w", err)
 	}
 	var open []time.Time
-	for _, e := range entries {
-		if !e.IsDir() {
-			continue
-		}
-		h, err := schemas.ParseHourDir(e.Name())
+	for _, d := range dirs {
+		h, err := schemas.ParseHourDir(d)
 		if err != nil {
 			continue // not ours
 		}
-		closed, err := isClosed(root, h)
+		closed, err := isClosed(ctx, st, h)
 		if err != nil {
 			return nil, fmt.Errorf("list hours: %w", err)
 		}
@@ -228,29 +199,32 @@ func openHours(root string) ([]time.Time, error) {
 // ListHour lists an event hour's Parquet files, its own then its late ones
 // (each sorted by name, temporary files skipped), and whether its _CLOSED
 // marker exists. An hour with no folder has no files and is not closed.
-// hour is truncated to the hour.
+// hour is truncated to the hour. The files are local paths under a local
+// root, gs:// URLs under a gs:// root: OpenFile opens either.
 func ListHour(root string, hour time.Time) (files []string, closed bool, err error) {
-	if err := checkLocalRoot(root); err != nil {
+	return ListHourContext(context.Background(), root, hour)
+}
+
+// ListHourContext is ListHour with a context.
+func ListHourContext(ctx context.Context, root string, hour time.Time) (files []string, closed bool, err error) {
+	st, err := openRoot(root)
+	if err != nil {
 		return nil, false, fmt.Errorf("list hour: %w", err)
 	}
 	hour = hour.UTC().Truncate(time.Hour)
-	dir := hourPath(root, hour)
-	for _, d := range []string{dir, filepath.Join(dir, schemas.ArchiveLateDir)} {
-		entries, err := os.ReadDir(d)
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
+	dir := hourDir(hour)
+	for _, d := range []string{dir, dir + "/" + schemas.ArchiveLateDir} {
+		names, _, err := st.list(ctx, d)
 		if err != nil {
 			return nil, false, fmt.Errorf("list hour %s: %w", schemas.HourDir(hour), err)
 		}
-		for _, e := range entries {
-			n := e.Name()
-			if e.Type().IsRegular() && !strings.HasPrefix(n, ".") && strings.HasSuffix(n, ".parquet") {
-				files = append(files, filepath.Join(d, n))
+		for _, n := range names {
+			if !strings.HasPrefix(n, ".") && strings.HasSuffix(n, ".parquet") {
+				files = append(files, st.addr(d+"/"+n))
 			}
 		}
 	}
-	closed, err = isClosed(root, hour)
+	closed, err = isClosed(ctx, st, hour)
 	if err != nil {
 		return nil, false, fmt.Errorf("list hour %s: %w", schemas.HourDir(hour), err)
 	}
@@ -260,15 +234,16 @@ func ListHour(root string, hour time.Time) (files []string, closed bool, err err
 // ReadHour reads every row of an event hour: its own files and its late
 // files, in ListHour's order. Rows are as archived, duplicates included.
 func ReadHour(root string, hour time.Time) ([]schemas.ArchiveEvent, error) {
-	files, _, err := ListHour(root, hour)
+	ctx := context.Background()
+	files, _, err := ListHourContext(ctx, root, hour)
 	if err != nil {
 		return nil, err
 	}
 	var out []schemas.ArchiveEvent
-	for _, f := range files {
-		rows, err := parquet.ReadFile[schemas.ArchiveEvent](f)
+	for _, p := range files {
+		rows, err := readParquet(ctx, p)
 		if err != nil {
-			return nil, fmt.Errorf("read hour %s: %s: %w", schemas.HourDir(hour), filepath.Base(f), err)
+			return nil, fmt.Errorf("read hour %s: %s: %w", schemas.HourDir(hour), path.Base(filepath.ToSlash(p)), err)
 		}
 		for i := range rows {
 			rows[i].TS = rows[i].TS.UTC()
@@ -278,41 +253,47 @@ func ReadHour(root string, hour time.Time) ([]schemas.ArchiveEvent, error) {
 	return out, nil
 }
 
+// readParquet reads every row of one archive file.
+func readParquet(ctx context.Context, p string) ([]schemas.ArchiveEvent, error) {
+	f, err := OpenFile(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return parquet.Read[schemas.ArchiveEvent](f, f.Size())
+}
+
 // ReadDeadLetters reads every dead letter under root/deadletter, file by
 // file in name order.
 func ReadDeadLetters(root string) ([]schemas.DeadLetter, error) {
-	if err := checkLocalRoot(root); err != nil {
-		return nil, fmt.Errorf("read dead letters: %w", err)
-	}
-	dir := filepath.Join(root, DeadLetterDir)
-	entries, err := os.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
+	ctx := context.Background()
+	st, err := openRoot(root)
 	if err != nil {
 		return nil, fmt.Errorf("read dead letters: %w", err)
 	}
-	var names []string
-	for _, e := range entries {
-		if n := e.Name(); e.Type().IsRegular() && !strings.HasPrefix(n, ".") && strings.HasSuffix(n, ".ndjson") {
-			names = append(names, n)
-		}
+	names, _, err := st.list(ctx, DeadLetterDir)
+	if err != nil {
+		return nil, fmt.Errorf("read dead letters: %w", err)
 	}
-	slices.Sort(names)
 	var out []schemas.DeadLetter
 	for _, n := range names {
-		data, err := os.ReadFile(filepath.Join(dir, n))
+		if strings.HasPrefix(n, ".") || !strings.HasSuffix(n, ".ndjson") {
+			continue
+		}
+		f, err := st.open(ctx, DeadLetterDir+"/"+n)
 		if err != nil {
 			return nil, fmt.Errorf("read dead letters: %w", err)
 		}
-		dec := json.NewDecoder(bytes.NewReader(data))
+		dec := json.NewDecoder(io.NewSectionReader(f, 0, f.Size()))
 		for dec.More() {
 			var d schemas.DeadLetter
 			if err := dec.Decode(&d); err != nil {
+				f.Close()
 				return nil, fmt.Errorf("read dead letters: %s: %w", n, err)
 			}
 			out = append(out, d)
 		}
+		f.Close()
 	}
 	return out, nil
 }
