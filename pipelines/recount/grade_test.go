@@ -1,4 +1,4 @@
-package main
+package recount
 
 import (
 	"bufio"
@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/topk-dev/topk/pipelines/fastpath"
+	"github.com/topk-dev/topk/pipelines/recount/recounttest"
 	"github.com/topk-dev/topk/schemas"
 	"github.com/topk-dev/topk/transforms/source"
 )
@@ -23,9 +24,9 @@ import (
 // under-counts raises the alert, in the stored grade and the metrics file.
 func TestGradeAgainstFastPath(t *testing.T) {
 	hour := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
-	events := genEvents(11, hour, 20_000)
+	events := recounttest.GenEvents(11, hour, 20_000)
 	root, lists := t.TempDir(), t.TempDir()
-	writeArchive(t, root, hour, events)
+	recounttest.WriteArchive(t, root, hour, events)
 
 	// The fast path over the same events in time order.
 	sorted := append([]schemas.Event(nil), events...)

@@ -1,8 +1,7 @@
-package main
+package recount
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -22,7 +21,7 @@ import (
 // BenchmarkBuildHour runs only the recount's Beam job (Build on the default
 // runner, Prism in-process) on one archive hour, without the Bigtable phase:
 //
-//	go test -c -o /tmp/exact.test ./pipelines/exact
+//	go test -c -o /tmp/exact.test ./pipelines/recount
 //	TOPK_RECOUNT_ARCHIVE=/tmp/topk-recount-bench/20000000 /usr/bin/time -v \
 //	  /tmp/exact.test -test.run='^$' -test.bench=BuildHour -test.benchtime=1x
 //
@@ -45,9 +44,7 @@ func BenchmarkBuildHour(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var f Flags // the command's defaults
-	f.Register(flag.NewFlagSet("exact", flag.ContinueOnError))
-	shards, parts := envInt(b, "TOPK_RECOUNT_SHARDS", f.Shards), envInt(b, "TOPK_RECOUNT_PARTS", f.Parts)
+	shards, parts := envInt(b, "TOPK_RECOUNT_SHARDS", DefaultShards), envInt(b, "TOPK_RECOUNT_PARTS", DefaultParts)
 	files, closed, err := archive.ListHour(root, hour)
 	if err != nil || !closed || len(files) == 0 {
 		b.Fatalf("archive hour %s in %s: %d files, closed %v, err %v", hourS, root, len(files), closed, err)

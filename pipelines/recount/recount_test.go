@@ -1,4 +1,4 @@
-package main
+package recount
 
 import (
 	"bytes"
@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"math/rand/v2"
 	"os"
 	"slices"
 	"testing"
@@ -14,9 +13,9 @@ import (
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/ptest"
 	"github.com/parquet-go/parquet-go"
-	"google.golang.org/api/option"
 
 	"github.com/topk-dev/topk/internal/gcstest"
+	"github.com/topk-dev/topk/pipelines/recount/recounttest"
 	"github.com/topk-dev/topk/schemas"
 	"github.com/topk-dev/topk/transforms/archive"
 	"github.com/topk-dev/topk/transforms/exact/store"
@@ -25,87 +24,6 @@ import (
 func TestMain(m *testing.M) { ptest.Main(m) }
 
 var hour0 = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
-
-// genEvents makes n distinct events in hour with skewed items, two types and
-// three scope shapes (global only, country, country + region).
-func genEvents(seed uint64, hour time.Time, n int) []schemas.Event {
-	r := rand.New(rand.NewPCG(seed, 99))
-	z := rand.NewZipf(r, 1.2, 1, 300)
-	out := make([]schemas.Event, n)
-	for i := range out {
-		e := schemas.Event{
-			EventID: fmt.Sprintf("e-%d-%d", seed, i),
-			Type:    []string{"video", "hashtag"}[r.IntN(2)],
-			Item:    fmt.Sprintf("it_%d", z.Uint64()),
-			User:    fmt.Sprintf("u%d", r.IntN(100)),
-			TS:      hour.Add(time.Duration(r.Int64N(int64(time.Hour)))).Truncate(time.Millisecond),
-		}
-		switch r.IntN(3) {
-		case 1:
-			e.Country = "US"
-		case 2:
-			e.Country, e.Region = "IN", "IN-MH"
-		}
-		if i%50 == 0 {
-			e.Item = "tag#" + e.Item // '#' in an id
-		}
-		out[i] = e
-	}
-	return out
-}
-
-// writeArchive writes events to the archive layout of hour, under a local or
-// a gs:// root: two part files, a late/ file, and _CLOSED. Every 7th event is
-// written again (same event_id, at-least-once redelivery) in another file,
-// some of them in late/.
-func writeArchive(t *testing.T, root string, hour time.Time, events []schemas.Event) {
-	t.Helper()
-	ctx := context.Background()
-	dir := schemas.ArchiveHourPath(root, hour)
-	if !archive.IsGCS(root) {
-		must(t, os.RemoveAll(dir))
-	}
-	files := make([][]schemas.ArchiveEvent, 3)
-	for i := range events {
-		a := schemas.ArchiveEventOf(&events[i])
-		files[i%3] = append(files[i%3], a)
-		if i%7 == 0 {
-			files[(i+1)%3] = append(files[(i+1)%3], a)
-		}
-	}
-	names := []string{"part-w1-0.parquet", "part-w2-0.parquet", schemas.ArchiveLateDir + "/part-w1-1.parquet"}
-	for i, rows := range files {
-		must(t, archive.WriteFile(ctx, dir+"/"+names[i], func(w io.Writer) error { return parquet.Write(w, rows) }))
-	}
-	must(t, archive.WriteFile(ctx, dir+"/"+schemas.ArchiveClosed, func(io.Writer) error { return nil }))
-}
-
-// oracle counts events exactly with a plain map, duplicates removed by
-// event_id, per (type, scope, item).
-func oracle(events ...[]schemas.Event) map[string]int64 {
-	seen := map[string]bool{}
-	out := map[string]int64{}
-	for _, evs := range events {
-		for _, e := range evs {
-			if seen[e.EventID] {
-				continue
-			}
-			seen[e.EventID] = true
-			for _, sc := range e.Scopes(nil) {
-				out[e.Type+"/"+sc+"/"+e.Item]++
-			}
-		}
-	}
-	return out
-}
-
-func asMap(counts []schemas.ExactCount) map[string]int64 {
-	out := map[string]int64{}
-	for _, c := range counts {
-		out[c.Type+"/"+c.Scope+"/"+c.Item] += c.Count
-	}
-	return out
-}
 
 func newStore(t *testing.T) *store.Store {
 	t.Helper()
@@ -193,17 +111,17 @@ func splitKey(k string) [3]string {
 // rerunning it three times leaves identical tables and all-time totals.
 func TestRecountExactAndRerunIdentical(t *testing.T) {
 	root, st := t.TempDir(), newStore(t)
-	evs := genEvents(1, hour0, 6000)
-	writeArchive(t, root, hour0, evs)
+	evs := recounttest.GenEvents(1, hour0, 6000)
+	recounttest.WriteArchive(t, root, hour0, evs)
 	reps := recount(t, root, st, hour0)
-	want := oracle(evs)
+	want := recounttest.Oracle(evs)
 
 	if g := hourCounts(t, st, hour0, want); !maps.Equal(g, want) {
 		t.Fatalf("Bigtable hour counts differ from the exact count: %d keys, want %d", len(g), len(want))
 	}
 	rows, err := parquet.ReadFile[schemas.ExactCount](schemas.ExactHourPath(root, hour0))
 	must(t, err)
-	if g := asMap(rows); !maps.Equal(g, want) {
+	if g := recounttest.AsMap(rows); !maps.Equal(g, want) {
 		t.Fatalf("Parquet exact table differs from the exact count: %d keys, want %d", len(g), len(want))
 	}
 	for _, r := range rows {
@@ -237,12 +155,12 @@ func TestRecountExactAndRerunIdentical(t *testing.T) {
 // local archive holding the same files.
 func TestRecountFromGCS(t *testing.T) {
 	ctx := context.Background()
-	evs := genEvents(6, hour0, 5000)
-	want := oracle(evs)
+	evs := recounttest.GenEvents(6, hour0, 5000)
+	want := recounttest.Oracle(evs)
 	var tables [][]byte
 	for _, root := range []string{t.TempDir(), gcstest.Root(t)} {
 		st := newStore(t)
-		writeArchive(t, root, hour0, evs)
+		recounttest.WriteArchive(t, root, hour0, evs)
 		reps := recount(t, root, st, hour0)
 		if reps[0].Files != 3 || reps[0].Metrics["exact_events_counted"] != int64(len(evs)) {
 			t.Fatalf("%s: report %+v, want 3 files and %d events counted", root, reps[0], len(evs))
@@ -257,7 +175,7 @@ func TestRecountFromGCS(t *testing.T) {
 		f.Close()
 		rows, err := parquet.Read[schemas.ExactCount](bytes.NewReader(raw), int64(len(raw)))
 		must(t, err)
-		if g := asMap(rows); !maps.Equal(g, want) {
+		if g := recounttest.AsMap(rows); !maps.Equal(g, want) {
 			t.Fatalf("%s: Parquet exact table differs from the exact count: %d keys, want %d", root, len(g), len(want))
 		}
 		tables = append(tables, raw)
@@ -273,9 +191,9 @@ func TestRecountFromGCS(t *testing.T) {
 func TestCorrectedHourFixesTotals(t *testing.T) {
 	root, st := t.TempDir(), newStore(t)
 	h1 := hour0.Add(time.Hour)
-	a, b := genEvents(2, hour0, 3000), genEvents(3, h1, 3000)
-	writeArchive(t, root, hour0, a)
-	writeArchive(t, root, h1, b)
+	a, b := recounttest.GenEvents(2, hour0, 3000), recounttest.GenEvents(3, h1, 3000)
+	recounttest.WriteArchive(t, root, hour0, a)
+	recounttest.WriteArchive(t, root, h1, b)
 	reps := recount(t, root, st, hour0, h1)
 	if reps[1].ExactUntil != store.HourKey(h1.Add(time.Hour)) {
 		t.Fatalf("exact_until %s", reps[1].ExactUntil)
@@ -301,16 +219,16 @@ func TestCorrectedHourFixesTotals(t *testing.T) {
 			}
 		}
 	}
-	universe := oracle(a, b)
-	check("two hours", oracle(a, b), universe)
+	universe := recounttest.Oracle(a, b)
+	check("two hours", recounttest.Oracle(a, b), universe)
 	// Correct hour 0: a different set of events (some items vanish).
-	fixed := genEvents(4, hour0, 2000)
-	writeArchive(t, root, hour0, fixed)
+	fixed := recounttest.GenEvents(4, hour0, 2000)
+	recounttest.WriteArchive(t, root, hour0, fixed)
 	recount(t, root, st, hour0)
-	for k := range oracle(fixed) {
+	for k := range recounttest.Oracle(fixed) {
 		universe[k] = 1
 	}
-	check("corrected hour 0", oracle(fixed, b), universe)
+	check("corrected hour 0", recounttest.Oracle(fixed, b), universe)
 	eu, err := st.ExactUntil(context.Background())
 	must(t, err)
 	if !eu.Equal(h1.Add(time.Hour)) {
@@ -326,52 +244,6 @@ func maxOf(m map[string]int64, typ, scope string) int64 {
 		}
 	}
 	return best
-}
-
-// Property: an hour without its _CLOSED marker is refused, and --from/--to
-// is half-open.
-func TestFlagsAndClosed(t *testing.T) {
-	f := Flags{From: "2026-11-30T22", To: "2026-12-01T01", K: 1, Shards: 1, Parts: 1, Archive: "x"}
-	cfg, err := f.Config()
-	must(t, err)
-	if len(cfg.Hours) != 3 || !cfg.Hours[2].Equal(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)) {
-		t.Fatalf("hours %v", cfg.Hours)
-	}
-	if _, err := (&Flags{Hour: "2026-11-30T22", From: "2026-11-30T22"}).Config(); err == nil {
-		t.Error("--hour with --from accepted")
-	}
-	root := t.TempDir()
-	must(t, os.MkdirAll(schemas.ArchiveHourPath(root, hour0), 0o755))
-	_, err = Run(context.Background(), Config{Archive: root, Hours: []time.Time{hour0}, K: 1, Shards: 1, Parts: 1,
-		RequireClosed: true, Store: newStore(t)})
-	if err == nil {
-		t.Error("an open hour was recounted")
-	}
-}
-
-// Property: --bigtable=false writes the same Parquet exact table without
-// opening any store, and refuses grading (which needs the store).
-func TestParquetOnly(t *testing.T) {
-	root := t.TempDir()
-	evs := genEvents(5, hour0, 2000)
-	writeArchive(t, root, hour0, evs)
-	cfg, err := (&Flags{Hour: store.HourKey(hour0), Archive: root, K: 10, Shards: 2, Parts: 2, RequireClosed: true}).Config()
-	must(t, err)
-	if !cfg.ParquetOnly {
-		t.Fatal("Flags.Bigtable false did not select ParquetOnly")
-	}
-	cfg.StoreOptions = []option.ClientOption{option.WithEndpoint("127.0.0.1:1")} // would fail if used
-	reps, err := Run(context.Background(), cfg)
-	must(t, err)
-	rows, err := parquet.ReadFile[schemas.ExactCount](schemas.ExactHourPath(root, hour0))
-	must(t, err)
-	if g, want := asMap(rows), oracle(evs); !maps.Equal(g, want) || reps[0].ExactUntil != "" {
-		t.Fatalf("Parquet-only recount: %d keys (want %d), exact_until %q", len(g), len(want), reps[0].ExactUntil)
-	}
-	cfg.ListsDir = t.TempDir()
-	if _, err := Run(context.Background(), cfg); err == nil {
-		t.Error("grading without Bigtable accepted")
-	}
 }
 
 func must(t *testing.T, err error) {

@@ -1,4 +1,4 @@
-package main
+package recount
 
 import (
 	"encoding/binary"

@@ -1,4 +1,4 @@
-package main
+package recount
 
 import (
 	"bytes"
@@ -13,6 +13,7 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 	"github.com/parquet-go/parquet-go"
 
+	"github.com/topk-dev/topk/pipelines/recount/recounttest"
 	"github.com/topk-dev/topk/schemas"
 )
 
@@ -35,7 +36,7 @@ func oldRecord(e *schemas.Event) []byte {
 // length or not hex are all deduplicated exactly; every part file is in
 // sortCounts order.
 func TestBuildDuplicatesThatDiffer(t *testing.T) {
-	base := genEvents(7, hour0, 3000)
+	base := recounttest.GenEvents(7, hour0, 3000)
 	for i := range base {
 		switch i % 4 {
 		case 0:
@@ -85,7 +86,7 @@ func TestBuildDuplicatesThatDiffer(t *testing.T) {
 			kept[e.EventID] = e
 		}
 	}
-	want := oracle(func() []schemas.Event {
+	want := recounttest.Oracle(func() []schemas.Event {
 		var out []schemas.Event
 		for _, e := range kept {
 			out = append(out, e)
@@ -106,7 +107,7 @@ func TestBuildDuplicatesThatDiffer(t *testing.T) {
 			must(t, err)
 			got, err := readCounts(staging)
 			must(t, err)
-			if g := asMap(got); !maps.Equal(g, want) {
+			if g := recounttest.AsMap(got); !maps.Equal(g, want) {
 				t.Fatalf("counts differ from the oracle: %d keys, want %d", len(g), len(want))
 			}
 			if m["exact_events_counted"] != int64(len(kept)) || m["exact_duplicates_dropped"] != int64(len(copies)) {

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"maps"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/ptest"
+	"github.com/parquet-go/parquet-go"
+	"google.golang.org/api/option"
+
+	"github.com/topk-dev/topk/pipelines/recount"
+	"github.com/topk-dev/topk/pipelines/recount/recounttest"
+	"github.com/topk-dev/topk/schemas"
+	"github.com/topk-dev/topk/transforms/exact/store"
+)
+
+func TestMain(m *testing.M) { ptest.Main(m) }
+
+var hour0 = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+
+// Property: an hour without its _CLOSED marker is refused, and --from/--to
+// is half-open.
+func TestFlagsAndClosed(t *testing.T) {
+	f := Flags{From: "2026-11-30T22", To: "2026-12-01T01", K: 1, Shards: 1, Parts: 1, Archive: "x"}
+	cfg, err := f.Config()
+	must(t, err)
+	if len(cfg.Hours) != 3 || !cfg.Hours[2].Equal(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)) {
+		t.Fatalf("hours %v", cfg.Hours)
+	}
+	if _, err := (&Flags{Hour: "2026-11-30T22", From: "2026-11-30T22"}).Config(); err == nil {
+		t.Error("--hour with --from accepted")
+	}
+	root := t.TempDir()
+	must(t, os.MkdirAll(schemas.ArchiveHourPath(root, hour0), 0o755))
+	_, err = recount.Run(context.Background(), recount.Config{Archive: root, Hours: []time.Time{hour0}, K: 1, Shards: 1, Parts: 1,
+		RequireClosed: true, Store: newStore(t)})
+	if err == nil {
+		t.Error("an open hour was recounted")
+	}
+}
+
+// Property: --bigtable=false writes the same Parquet exact table without
+// opening any store, and refuses grading (which needs the store).
+func TestParquetOnly(t *testing.T) {
+	root := t.TempDir()
+	evs := recounttest.GenEvents(5, hour0, 2000)
+	recounttest.WriteArchive(t, root, hour0, evs)
+	cfg, err := (&Flags{Hour: store.HourKey(hour0), Archive: root, K: 10, Shards: 2, Parts: 2, RequireClosed: true}).Config()
+	must(t, err)
+	if !cfg.ParquetOnly {
+		t.Fatal("Flags.Bigtable false did not select ParquetOnly")
+	}
+	cfg.StoreOptions = []option.ClientOption{option.WithEndpoint("127.0.0.1:1")} // would fail if used
+	reps, err := recount.Run(context.Background(), cfg)
+	must(t, err)
+	rows, err := parquet.ReadFile[schemas.ExactCount](schemas.ExactHourPath(root, hour0))
+	must(t, err)
+	if g, want := recounttest.AsMap(rows), recounttest.Oracle(evs); !maps.Equal(g, want) || reps[0].ExactUntil != "" {
+		t.Fatalf("Parquet-only recount: %d keys (want %d), exact_until %q", len(g), len(want), reps[0].ExactUntil)
+	}
+	cfg.ListsDir = t.TempDir()
+	if _, err := recount.Run(context.Background(), cfg); err == nil {
+		t.Error("grading without Bigtable accepted")
+	}
+}
+
+func newStore(t *testing.T) *store.Store {
+	t.Helper()
+	addr, stop, err := store.Embedded()
+	must(t, err)
+	t.Cleanup(stop)
+	st, err := store.Open(context.Background(), "p", "i", store.EmulatorOptions(addr)...)
+	must(t, err)
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
