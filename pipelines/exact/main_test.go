@@ -19,7 +19,7 @@ import (
 
 func TestMain(m *testing.M) { ptest.Main(m) }
 
-var hour0 = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+var hour0 = recounttest.Hour0
 
 // Property: an hour without its _CLOSED marker is refused, and --from/--to
 // is half-open.
@@ -36,7 +36,7 @@ func TestFlagsAndClosed(t *testing.T) {
 	root := t.TempDir()
 	must(t, os.MkdirAll(schemas.ArchiveHourPath(root, hour0), 0o755))
 	_, err = recount.Run(context.Background(), recount.Config{Archive: root, Hours: []time.Time{hour0}, K: 1, Shards: 1, Parts: 1,
-		RequireClosed: true, Store: newStore(t)})
+		RequireClosed: true, Store: recounttest.NewStore(t)})
 	if err == nil {
 		t.Error("an open hour was recounted")
 	}
@@ -65,17 +65,6 @@ func TestParquetOnly(t *testing.T) {
 	if _, err := recount.Run(context.Background(), cfg); err == nil {
 		t.Error("grading without Bigtable accepted")
 	}
-}
-
-func newStore(t *testing.T) *store.Store {
-	t.Helper()
-	addr, stop, err := store.Embedded()
-	must(t, err)
-	t.Cleanup(stop)
-	st, err := store.Open(context.Background(), "p", "i", store.EmulatorOptions(addr)...)
-	must(t, err)
-	t.Cleanup(func() { st.Close() })
-	return st
 }
 
 func must(t *testing.T, err error) {

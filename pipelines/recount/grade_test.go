@@ -49,7 +49,7 @@ func TestGradeAgainstFastPath(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	st := newStore(t)
+	st := recounttest.NewStore(t)
 	metrics := filepath.Join(t.TempDir(), "grades.prom")
 	run := func() HourReport {
 		reps, err := Run(context.Background(), Config{Archive: root, Hours: []time.Time{hour}, K: 10, Shards: 4, Parts: 3,

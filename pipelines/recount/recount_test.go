@@ -23,18 +23,7 @@ import (
 
 func TestMain(m *testing.M) { ptest.Main(m) }
 
-var hour0 = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
-
-func newStore(t *testing.T) *store.Store {
-	t.Helper()
-	addr, stop, err := store.Embedded()
-	must(t, err)
-	t.Cleanup(stop)
-	st, err := store.Open(context.Background(), "p", "i", store.EmulatorOptions(addr)...)
-	must(t, err)
-	t.Cleanup(func() { st.Close() })
-	return st
-}
+var hour0 = recounttest.Hour0
 
 func recount(t *testing.T, root string, st *store.Store, hours ...time.Time) []HourReport {
 	t.Helper()
@@ -110,7 +99,7 @@ func splitKey(k string) [3]string {
 // equals an independent exact count, in Bigtable and in the Parquet table;
 // rerunning it three times leaves identical tables and all-time totals.
 func TestRecountExactAndRerunIdentical(t *testing.T) {
-	root, st := t.TempDir(), newStore(t)
+	root, st := t.TempDir(), recounttest.NewStore(t)
 	evs := recounttest.GenEvents(1, hour0, 6000)
 	recounttest.WriteArchive(t, root, hour0, evs)
 	reps := recount(t, root, st, hour0)
@@ -159,7 +148,7 @@ func TestRecountFromGCS(t *testing.T) {
 	want := recounttest.Oracle(evs)
 	var tables [][]byte
 	for _, root := range []string{t.TempDir(), gcstest.Root(t)} {
-		st := newStore(t)
+		st := recounttest.NewStore(t)
 		recounttest.WriteArchive(t, root, hour0, evs)
 		reps := recount(t, root, st, hour0)
 		if reps[0].Files != 3 || reps[0].Metrics["exact_events_counted"] != int64(len(evs)) {
@@ -189,7 +178,7 @@ func TestRecountFromGCS(t *testing.T) {
 // a corrected hour (files rewritten, hour rerun) fixes the 24h totals and
 // moves all-time by the correction only, including items that disappeared.
 func TestCorrectedHourFixesTotals(t *testing.T) {
-	root, st := t.TempDir(), newStore(t)
+	root, st := t.TempDir(), recounttest.NewStore(t)
 	h1 := hour0.Add(time.Hour)
 	a, b := recounttest.GenEvents(2, hour0, 3000), recounttest.GenEvents(3, h1, 3000)
 	recounttest.WriteArchive(t, root, hour0, a)

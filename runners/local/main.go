@@ -14,8 +14,15 @@
 // context would panic the process).
 //
 // The archiver writes every event as Parquet by event hour under
-// --archive_root, the input of `go run ./pipelines/exact`. Not here yet: the
-// hourly recount on a schedule and the 24h and all-time lists.
+// --archive_root. The exact path runs too: at the start and then every
+// --recount_every, each closed archive hour (its _CLOSED marker appears 10
+// minutes after the hour ends) that the exact store has not marked done is
+// recounted (pipelines/recount, a second Beam job on Prism in this process)
+// into the exact store, the emulator at BIGTABLE_EMULATOR_HOST or an
+// embedded bttest; the fast path runs with its long windows on and
+// publishes the 24h and all lists stitched from those tables once
+// exact_until is set. A failed recount is logged and tried again at the
+// next tick; --recount=false turns the recount off.
 package main
 
 import (
@@ -38,11 +45,14 @@ import (
 	"github.com/topk-dev/topk/internal/redisx"
 	"github.com/topk-dev/topk/internal/zipf"
 	"github.com/topk-dev/topk/pipelines/fastpath"
+	"github.com/topk-dev/topk/pipelines/recount"
 	"github.com/topk-dev/topk/schemas"
 	"github.com/topk-dev/topk/serving/api"
 	"github.com/topk-dev/topk/transforms/archive"
+	"github.com/topk-dev/topk/transforms/exact/store"
 	"github.com/topk-dev/topk/transforms/publish/liststore"
 	"github.com/topk-dev/topk/transforms/source"
+	"github.com/topk-dev/topk/transforms/stitch"
 )
 
 // Config is the local run.
@@ -61,6 +71,14 @@ type Config struct {
 	// ArchiveRoot receives every event as Parquet by event hour (the exact
 	// path's input); "" disables the archiver.
 	ArchiveRoot string
+	// Recount recounts every closed hour of ArchiveRoot that the exact store
+	// does not have, at the start and then every RecountEvery (0: a minute).
+	Recount      bool
+	RecountEvery time.Duration
+	// BigtableInstance is the exact store's instance ("" : "topk"), in
+	// project "topk-local" of the emulator at BIGTABLE_EMULATOR_HOST or of
+	// an embedded bttest.
+	BigtableInstance string
 }
 
 func main() {
@@ -76,6 +94,9 @@ func main() {
 	flag.StringVar(&cfg.Project, "pubsub_project", "topk-local", "Pub/Sub project")
 	flag.IntVar(&cfg.Partitions, "partitions", 4, "counter partitions (4 suits the modest local load; the streaming command defaults to 16)")
 	flag.StringVar(&cfg.ArchiveRoot, "archive_root", "./archive", "archive root: every event as Parquet by event hour, the exact recount's input (empty: no archive)")
+	flag.BoolVar(&cfg.Recount, "recount", true, "recount every closed archive hour not yet recounted, at the start and then every --recount_every, into the embedded exact store the 24h and all lists are stitched from")
+	flag.StringVar(&cfg.BigtableInstance, "bigtable_instance", "topk", "exact store instance (project topk-local) on the emulator at BIGTABLE_EMULATOR_HOST, or on an embedded bttest")
+	flag.DurationVar(&cfg.RecountEvery, "recount_every", time.Minute, "how often to look for closed hours to recount")
 	flag.StringVar(&cfg.AdminToken, "admin_token", os.Getenv("TOPK_ADMIN_TOKEN"), "bearer token for /v1/admin (default $TOPK_ADMIN_TOKEN)")
 	flag.Parse()
 	beam.Init()
@@ -91,6 +112,13 @@ func main() {
 type Stats struct {
 	Published int64 // events published
 	Report    fastpath.Report
+	// Recounted is every hour the recount loop recounted, in order;
+	// RecountFailures the passes that failed. DoneHours and ExactUntil are
+	// the exact store's at the end of the run.
+	Recounted       []recount.HourReport
+	RecountFailures int
+	DoneHours       []time.Time
+	ExactUntil      time.Time
 }
 
 // Run runs everything until ctx ends (or Duration passes), then stops the
@@ -140,7 +168,7 @@ func Run(ctx context.Context, cfg Config, out *os.File) (Stats, error) {
 		return Stats{}, err
 	}
 	defer rconn.Close()
-	store := liststore.New(rconn.Client, liststore.Options{})
+	lists := liststore.New(rconn.Client, liststore.Options{})
 
 	srv, err := api.New(api.Config{Addr: cfg.Addr, Redis: rconn.Client, PubSub: ps, AdminToken: cfg.AdminToken, Types: []string{"video"}})
 	if err != nil {
@@ -150,7 +178,43 @@ func Run(ctx context.Context, cfg Config, out *os.File) (Stats, error) {
 	apiDone := make(chan error, 1)
 	go func() { apiDone <- srv.Run(ctx) }()
 
+	// The exact store that the recount writes and the fast path's 24h and
+	// all lists are stitched from: the emulator at BIGTABLE_EMULATOR_HOST
+	// (the Bigtable client connects there whenever it is set, whatever
+	// endpoint it is given), else an embedded bttest whose tables live as
+	// long as the run, so that each run recounts the closed hours again.
+	btAddr := os.Getenv("BIGTABLE_EMULATOR_HOST")
+	if btAddr == "" {
+		addr, stopBT, err := store.Embedded()
+		if err != nil {
+			return Stats{}, err
+		}
+		defer stopBT()
+		btAddr = addr
+	}
+	instance := cfg.BigtableInstance
+	if instance == "" {
+		instance = "topk"
+	}
+	exact := stitch.StoreConfig{Project: "topk-local", Instance: instance, EmulatorAddr: btAddr}
+	xst, err := exact.Open(bg)
+	if err != nil {
+		return Stats{}, err
+	}
+	defer xst.Close()
+	if err := xst.EnsureTables(bg); err != nil {
+		return Stats{}, err
+	}
+
 	pcfg := fastpath.DefaultConfig()
+	// LongIdle: a list's open hours are reported each minute until an hour
+	// after the end of its last hour with data, not stitch's 26 h. The
+	// local archive closes an hour 10 minutes after its end and the
+	// recount takes it within the minute, so the exact side covers the
+	// hour well before; and the end of the run (the source ends, the
+	// watermark jumps) fires 2 h of minute timers instead of 26 h of them,
+	// which took minutes.
+	pcfg.Long, pcfg.Exact, pcfg.LongIdle = true, exact, time.Hour
 	spec, err := source.ParseSpec("pubsub:" + pubsubx.SubscriptionName(cfg.Project, "fastpath") + "?idle_stop=" + cfg.IdleStop.String())
 	if err != nil {
 		return Stats{}, err
@@ -160,7 +224,7 @@ func Run(ctx context.Context, cfg Config, out *os.File) (Stats, error) {
 	pcfg.Preagg.Partitions = cfg.Partitions
 	pcfg.Publish.RedisAddr = rconn.Addr
 
-	lag, err := fastpath.ObserveLag(bg, store)
+	lag, err := fastpath.ObserveLag(bg, lists)
 	if err != nil {
 		return Stats{}, err
 	}
@@ -174,12 +238,23 @@ func Run(ctx context.Context, cfg Config, out *os.File) (Stats, error) {
 		pipeDone <- result{rep, err}
 	}()
 
+	rc := &recounter{root: cfg.ArchiveRoot, st: xst, k: pcfg.Lists.K, out: out, every: cfg.RecountEvery}
+	if rc.every <= 0 {
+		rc.every = time.Minute
+	}
+	recountDone := make(chan struct{})
+	if cfg.Recount && cfg.ArchiveRoot != "" {
+		go func() { defer close(recountDone); rc.loop(ctx) }()
+	} else {
+		close(recountDone)
+	}
+
 	var published atomic.Int64
 	loadDone := make(chan error, 1)
 	go func() { loadDone <- publishLoad(ctx, ps.Publisher("views"), cfg, &published) }()
 
-	fmt.Fprintf(out, "topk local: API on %s, Pub/Sub %s, Redis %s, load %d events/s (Zipf %.1f over %d items)\n",
-		cfg.Addr, psAddr, rconn.Addr, cfg.Rate, cfg.Zipf, cfg.Items)
+	fmt.Fprintf(out, "topk local: API on %s, Pub/Sub %s, Redis %s, Bigtable %s, load %d events/s (Zipf %.1f over %d items)\n",
+		cfg.Addr, psAddr, rconn.Addr, btAddr, cfg.Rate, cfg.Zipf, cfg.Items)
 	tick := time.NewTicker(cfg.Progress)
 	defer tick.Stop()
 	last, lastAt := int64(0), time.Now()
@@ -196,6 +271,7 @@ loop:
 		case loadErr = <-loadDone:
 			break loop
 		case r := <-pipeDone:
+			<-recountDone
 			return Stats{Published: published.Load(), Report: r.rep}, fmt.Errorf("pipeline ended early: %w", r.err)
 		}
 	}
@@ -212,7 +288,14 @@ loop:
 	p50, p99 := lag.Stop()
 	r.rep.LagP50Ms, r.rep.LagP99Ms = p50, p99
 	<-apiDone
-	st := Stats{Published: published.Load(), Report: r.rep}
+	<-recountDone
+	st := Stats{Published: published.Load(), Report: r.rep, Recounted: rc.hours, RecountFailures: rc.failed}
+	if st.DoneHours, err = xst.DoneHours(bg); err != nil {
+		return st, err
+	}
+	if st.ExactUntil, err = xst.ExactUntil(bg); err != nil {
+		return st, err
+	}
 	fmt.Fprintf(out, "done: published %d events; pipeline counted %d, %d lists, 1m lag p50 %.1fs p99 %.1fs\n",
 		st.Published, r.rep.Events, r.rep.Lists, p50/1000, p99/1000)
 	if r.err != nil {

@@ -417,6 +417,9 @@ func testLateDestinationFollowsMarker(t *testing.T, newRoot func(testing.TB) str
 	if err != nil || len(open) != 0 {
 		t.Fatalf("openHours = %v, %v; want none", open, err)
 	}
+	if hours, err := ClosedHours(ctx, root); err != nil || len(hours) != 1 || !hours[0].Equal(h0) {
+		t.Fatalf("ClosedHours = %v, %v; want [%v]", hours, err, h0)
+	}
 }
 
 // TestConfigValidate checks that a configuration is rejected with a clear

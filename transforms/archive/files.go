@@ -11,6 +11,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -175,25 +176,42 @@ func syncDir(dir string) error {
 
 // openHours lists the hours under root/events that have no marker.
 func openHours(ctx context.Context, st store) ([]time.Time, error) {
+	return markedHours(ctx, st, false)
+}
+
+// ClosedHours lists the event hours under root whose _CLOSED marker exists,
+// in order: the hours the exact recount may count.
+func ClosedHours(ctx context.Context, root string) ([]time.Time, error) {
+	st, err := openRoot(root)
+	if err != nil {
+		return nil, fmt.Errorf("closed hours: %w", err)
+	}
+	return markedHours(ctx, st, true)
+}
+
+// markedHours lists, in order, the hours under root/events whose marker
+// exists (closed) or does not (!closed).
+func markedHours(ctx context.Context, st store, closed bool) ([]time.Time, error) {
 	_, dirs, err := st.list(ctx, schemas.ArchiveEventsDir)
 	if err != nil {
 		return nil, fmt.Errorf("list hours: %w", err)
 	}
-	var open []time.Time
+	var out []time.Time
 	for _, d := range dirs {
 		h, err := schemas.ParseHourDir(d)
 		if err != nil {
 			continue // not ours
 		}
-		closed, err := isClosed(ctx, st, h)
+		c, err := isClosed(ctx, st, h)
 		if err != nil {
 			return nil, fmt.Errorf("list hours: %w", err)
 		}
-		if !closed {
-			open = append(open, h)
+		if c == closed {
+			out = append(out, h)
 		}
 	}
-	return open, nil
+	slices.SortFunc(out, time.Time.Compare)
+	return out, nil
 }
 
 // ListHour lists an event hour's Parquet files, its own then its late ones

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/topk-dev/topk/pipelines/recount"
+	"github.com/topk-dev/topk/schemas"
+	"github.com/topk-dev/topk/transforms/archive"
+	"github.com/topk-dev/topk/transforms/exact/store"
+)
+
+// recounter recounts the archive's closed hours that the store does not
+// have yet: the hourly exact path of a real deployment, on a timer.
+type recounter struct {
+	root   string
+	st     *store.Store
+	k      int
+	out    io.Writer
+	every  time.Duration
+	hours  []recount.HourReport // every hour recounted, in order
+	failed int                  // passes that ended in an error
+}
+
+// loop runs a pass at once and then every r.every until ctx ends; a pass
+// that has started finishes (its Beam job cannot be cancelled cleanly). A
+// failed pass is logged and retried at the next tick.
+func (r *recounter) loop(ctx context.Context) {
+	tick := time.NewTicker(r.every)
+	defer tick.Stop()
+	for {
+		if err := r.pass(context.Background()); err != nil {
+			r.failed++
+			slog.Error("local: recount failed; retrying at the next tick", "err", err, "every", r.every)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// pass recounts, in order, every closed hour that is not done, and every
+// hour between two closed hours that has no archived file at all (the
+// machine was off, or the run stopped): such an hour had no events, and
+// recounting it as empty lets exact_until pass it, where a gap would hold
+// exact_until back for good.
+func (r *recounter) pass(ctx context.Context) error {
+	closed, err := archive.ClosedHours(ctx, r.root)
+	if err != nil || len(closed) == 0 {
+		return err
+	}
+	done, err := r.st.DoneHours(ctx)
+	if err != nil {
+		return err
+	}
+	var todo []time.Time
+	for h := closed[0]; !h.After(closed[len(closed)-1]); h = h.Add(time.Hour) {
+		if slices.ContainsFunc(done, h.Equal) {
+			continue
+		}
+		if !slices.ContainsFunc(closed, h.Equal) {
+			files, isClosed, err := archive.ListHourContext(ctx, r.root, h)
+			if err != nil {
+				return err
+			}
+			if len(files) > 0 || isClosed {
+				continue // an open hour: the archiver closes it
+			}
+		}
+		todo = append(todo, h)
+	}
+	if len(todo) == 0 {
+		return nil
+	}
+	// Not RequireClosed: the hours are chosen above (closed, or empty).
+	reps, err := recount.Run(ctx, recount.Config{Archive: r.root, Hours: todo, K: r.k, Shards: 4, Parts: 4,
+		Store: r.st})
+	for _, rep := range reps {
+		fmt.Fprintf(r.out, "recount: hour %s: %d events counted, %d rows, exact_until %s (%.1fs)\n",
+			rep.Hour, rep.Metrics["exact_events_counted"], rep.Rows, rep.ExactUntil, rep.Seconds)
+	}
+	r.hours = append(r.hours, reps...)
+	if err != nil {
+		return fmt.Errorf("%d of %d hours from %s: %w", len(todo)-len(reps), len(todo), schemas.HourDir(todo[0]), err)
+	}
+	return nil
+}
