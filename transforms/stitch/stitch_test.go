@@ -58,7 +58,7 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(stop)
-	cfg := StoreConfig{Project: "topk-test", Instance: fmt.Sprintf("s%d", instSeq.Add(1)), EmulatorAddr: addr}
+	cfg := StoreConfig{Project: "topk-test", Instance: fmt.Sprintf("s%d-%d", time.Now().UnixNano(), instSeq.Add(1)), EmulatorAddr: addr}
 	ctx := context.Background()
 	st, err := cfg.Open(ctx)
 	if err != nil {
