@@ -25,9 +25,8 @@
 #   RECOUNT_TIMEOUT  seconds before the recount is killed (default 1800)
 #   MAX_RSS_GB       a command whose RSS passes this is killed (default 18)
 #   RECOUNT_ARGS     extra flags for the recount (e.g. --shards=4 --parts=4)
-#   CPUPROFILE       when set, also build a copy of the command outside the
-#                    repo (WORK/exactprof, go.work over this tree) that writes
-#                    a CPU profile of the whole recount to this file
+#   CPUPROFILE       when set, run the recount a second time with
+#                    --cpuprofile writing a CPU profile of the whole run here
 #   DUCKDB           auto (default): build github.com/duckdb/duckdb-go/v2 in a
 #                    throwaway module under WORK/duckbench and run it; skip: don't
 #
@@ -187,43 +186,13 @@ GO
 	fi
 fi
 
-# Optional CPU profile of the recount from a copy of the command built
-# outside the repo (the command has no --cpuprofile flag).
+# Optional CPU profile of the recount: a second run with --cpuprofile.
 if [[ -n ${CPUPROFILE:-} ]]; then
-	p=$WORK/exactprof
-	rm -rf "$p" && mkdir -p "$p"
-	cp "$REPO"/pipelines/exact/*.go "$p"/ && rm -f "$p"/*_test.go
-	sed -i 's/^func main() {$/func realMain() {/' "$p/main.go"
-	cat >"$p/prof.go" <<'GO'
-package main
-
-import (
-	"log"
-	"os"
-	"runtime/pprof"
-)
-
-func main() {
-	f, err := os.Create(os.Getenv("CPUPROFILE"))
-	if err != nil {
-		log.Fatal(err)
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		log.Fatal(err)
-	}
-	realMain()
-	pprof.StopCPUProfile()
-	f.Close()
-}
-GO
-	printf 'module exactprof\n\ngo 1.26.0\n' >"$p/go.mod"
-	printf 'go 1.26.0\n\nuse (\n\t.\n\t%s\n)\n' "$REPO" >"$p/go.work"
-	(cd "$p" && go build -o "$BIN/exactprof" .)
 	rm -rf "$ROOT/exact"
 	# shellcheck disable=SC2086
-	(cd "$WORK" && timed recount-profiled timeout "$RECOUNT_TIMEOUT" "$BIN/exactprof" --hour="$HOUR" --archive="$ROOT" $RECOUNT_ARGS)
-	go tool pprof -top -nodecount=40 "$BIN/exactprof" "$CPUPROFILE" >"$LOGS/recount.pprof-top.txt" 2>&1 || true
-	go tool pprof -top -cum -nodecount=40 "$BIN/exactprof" "$CPUPROFILE" >"$LOGS/recount.pprof-cum.txt" 2>&1 || true
+	(cd "$WORK" && timed recount-profiled timeout "$RECOUNT_TIMEOUT" "$BIN/exact" --hour="$HOUR" --archive="$ROOT" --cpuprofile="$CPUPROFILE" $RECOUNT_ARGS)
+	go tool pprof -top -nodecount=40 "$BIN/exact" "$CPUPROFILE" >"$LOGS/recount.pprof-top.txt" 2>&1 || true
+	go tool pprof -top -cum -nodecount=40 "$BIN/exact" "$CPUPROFILE" >"$LOGS/recount.pprof-cum.txt" 2>&1 || true
 	log "profile: $CPUPROFILE; top in $LOGS/recount.pprof-{top,cum}.txt"
 fi
 

@@ -60,6 +60,7 @@ import (
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 
+	"github.com/topk-dev/topk/pipelines/internal/beamrun"
 	"github.com/topk-dev/topk/pipelines/recount"
 	"github.com/topk-dev/topk/transforms/exact/store"
 )
@@ -74,6 +75,7 @@ type Flags struct {
 	RequireClosed           bool
 	ListsDir, MetricsFile   string
 	Bigtable                bool
+	CPUProfile              string
 }
 
 // Register defines the flags on fs.
@@ -92,6 +94,7 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.IntVar(&f.Waves, "waves", 0, "groups the dedupe runs in, one after the other, so an in-memory runner (Prism) holds a fraction of the events at once (0: 4); use 1 on Dataflow or Flink")
 	fs.BoolVar(&f.RequireClosed, "require_closed", true, "refuse hours without the _CLOSED marker")
 	fs.StringVar(&f.ListsDir, "lists_dir", "", "the fast path's --lists_out folder: grade the 1h lists published at each hour's end")
+	fs.StringVar(&f.CPUProfile, "cpuprofile", "", "write a CPU profile of the whole run (Prism and, when embedded, bttest run in-process) to this file")
 	fs.BoolVar(&f.Bigtable, "bigtable", true, "write the Bigtable exact tables; false: only the Parquet exact table (a backfill of the analysts' table, or to time the count alone)")
 	fs.StringVar(&f.MetricsFile, "metrics_file", "", "write the grades as Prometheus text here (textfile collector)")
 }
@@ -153,6 +156,11 @@ func run(ctx context.Context, f *Flags) error {
 	if err != nil {
 		return err
 	}
+	stopProfile, err := beamrun.CPUProfile(f.CPUProfile)
+	if err != nil {
+		return err
+	}
+	defer stopProfile()
 	if os.Getenv("BIGTABLE_EMULATOR_HOST") == "" && cfg.Project == "topk-local" && !cfg.ParquetOnly {
 		addr, stopBT, err := store.Embedded()
 		if err != nil {

@@ -22,7 +22,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
-	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -32,6 +31,7 @@ import (
 
 	"github.com/topk-dev/topk/internal/redisx"
 	"github.com/topk-dev/topk/pipelines/fastpath"
+	"github.com/topk-dev/topk/pipelines/internal/beamrun"
 	"github.com/topk-dev/topk/schemas"
 	"github.com/topk-dev/topk/transforms/publish/liststore"
 	"github.com/topk-dev/topk/transforms/source"
@@ -172,17 +172,11 @@ func run(ctx context.Context, f *Flags) error {
 		}
 		lag = obs.Stop
 	}
-	if f.CPUProfile != "" {
-		pf, err := os.Create(f.CPUProfile)
-		if err != nil {
-			return err
-		}
-		defer pf.Close()
-		if err := pprof.StartCPUProfile(pf); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := beamrun.CPUProfile(f.CPUProfile)
+	if err != nil {
+		return err
 	}
+	defer stopProfile()
 	rep, err := fastpath.Run(ctx, cfg, fastpath.BeamRunner, lag)
 	if err != nil {
 		return err

@@ -5,6 +5,8 @@ package beamrun
 
 import (
 	"context"
+	"os"
+	"runtime/pprof"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/x/beamx"
@@ -27,4 +29,22 @@ func Counters(ctx context.Context, p *beam.Pipeline, namespace string) (map[stri
 		}
 	}
 	return m, nil
+}
+
+// CPUProfile starts a CPU profile of the whole process into path (Prism runs
+// in-process, so the pipeline is in it); "" profiles nothing. Call stop when
+// the run ends.
+func CPUProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
