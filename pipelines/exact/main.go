@@ -54,11 +54,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
-
-	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 
 	"github.com/topk-dev/topk/pipelines/internal/beamrun"
 	"github.com/topk-dev/topk/pipelines/recount"
@@ -141,14 +137,7 @@ func (f *Flags) Config() (recount.Config, error) {
 func main() {
 	var f Flags
 	f.Register(flag.CommandLine)
-	flag.Parse()
-	beam.Init() // first call after flags: this binary is also the worker
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
-	if err := run(ctx, &f); err != nil {
-		slog.Error("exact", "err", err)
-		os.Exit(1)
-	}
+	beamrun.Main("exact", func(ctx context.Context) error { return run(ctx, &f) })
 }
 
 func run(ctx context.Context, f *Flags) error {

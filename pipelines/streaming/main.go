@@ -17,16 +17,12 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"runtime/debug"
 	"strings"
-	"syscall"
 	"time"
 
-	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/runners"
 
 	"github.com/topk-dev/topk/internal/redisx"
@@ -135,14 +131,7 @@ func (f *Flags) Config(redisAddr string) (fastpath.Config, error) {
 func main() {
 	var f Flags
 	f.Register(flag.CommandLine)
-	flag.Parse()
-	beam.Init() // first call after flags: this binary is also the worker
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
-	if err := run(ctx, &f); err != nil {
-		slog.Error("streaming", "err", err)
-		os.Exit(1)
-	}
+	beamrun.Main("streaming", func(ctx context.Context) error { return run(ctx, &f) })
 }
 
 func run(ctx context.Context, f *Flags) error {

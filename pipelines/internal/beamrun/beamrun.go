@@ -5,8 +5,12 @@ package beamrun
 
 import (
 	"context"
+	"flag"
+	"log/slog"
 	"os"
+	"os/signal"
 	"runtime/pprof"
+	"syscall"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/x/beamx"
@@ -47,4 +51,20 @@ func CPUProfile(path string) (stop func(), err error) {
 		return nil, err
 	}
 	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+// Main is a pipeline command's main after its flags are defined: it parses
+// them, calls beam.Init (the binary is also the worker on portable runners),
+// runs run with a context cancelled on SIGTERM or Ctrl-C, and exits 1 with
+// the error logged under name.
+func Main(name string, run func(context.Context) error) {
+	flag.Parse()
+	beam.Init() // first call after flags: this binary is also the worker
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := run(ctx); err != nil {
+		slog.Error(name, "err", err)
+		stop()
+		os.Exit(1)
+	}
 }
