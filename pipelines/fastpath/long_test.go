@@ -5,40 +5,14 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/topk-dev/topk/schemas"
-	"github.com/topk-dev/topk/transforms/exact/store"
+	"github.com/topk-dev/topk/transforms/exact/store/storetest"
 	"github.com/topk-dev/topk/transforms/stitch"
 )
-
-// exactStore starts an in-process bttest, or uses BIGTABLE_EMULATOR_HOST's
-// emulator when set (CI), with a fresh instance.
-func exactStore(t *testing.T) (*store.Store, stitch.StoreConfig) {
-	t.Helper()
-	cfg := stitch.StoreConfig{Project: "topk-test", Instance: fmt.Sprintf("fp%d", time.Now().UnixNano())}
-	if os.Getenv("BIGTABLE_EMULATOR_HOST") == "" {
-		addr, stop, err := store.Embedded()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(stop)
-		cfg.EmulatorAddr = addr
-	}
-	ctx := context.Background()
-	st, err := cfg.Open(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	if err := st.EnsureTables(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return st, cfg
-}
 
 // TestLongWindowsReplay replays 27 hours of events through the fast path
 // with the long windows on, against exact tables holding the recount of
@@ -56,7 +30,8 @@ func TestLongWindowsReplay(t *testing.T) {
 		t.Skip("replays 27 hours on Prism")
 	}
 	ctx := context.Background()
-	st, stCfg := exactStore(t)
+	st := storetest.New(t)
+	stCfg := stitch.StoreConfig{Project: st.Project, Instance: st.Instance, EmulatorAddr: st.EmulatorAddr}
 	s := newStream(t)
 	r := rand.New(rand.NewPCG(27, 24))
 	const hours, k = 27, 1000

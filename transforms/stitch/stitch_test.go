@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 
 	"github.com/topk-dev/topk/schemas"
 	"github.com/topk-dev/topk/transforms/exact/store"
+	"github.com/topk-dev/topk/transforms/exact/store/storetest"
 	"github.com/topk-dev/topk/transforms/preagg"
 	"github.com/topk-dev/topk/transforms/summary"
 )
@@ -37,10 +37,7 @@ const (
 	k     = 5
 )
 
-var (
-	h0      = time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
-	instSeq atomic.Int64
-)
+var h0 = time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
 
 func hr(i int) time.Time { return h0.Add(time.Duration(i) * time.Hour) }
 
@@ -53,22 +50,9 @@ type fixture struct {
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	addr, stop, err := store.Embedded()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stop)
-	cfg := StoreConfig{Project: "topk-test", Instance: fmt.Sprintf("s%d-%d", time.Now().UnixNano(), instSeq.Add(1)), EmulatorAddr: addr}
-	ctx := context.Background()
-	st, err := cfg.Open(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	if err := st.EnsureTables(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return &fixture{st: st, cfg: cfg, exact: map[time.Time]map[string]int64{}}
+	st := storetest.New(t)
+	cfg := StoreConfig{Project: st.Project, Instance: st.Instance, EmulatorAddr: st.EmulatorAddr}
+	return &fixture{st: st.Store, cfg: cfg, exact: map[time.Time]map[string]int64{}}
 }
 
 func items(n int) []string {

@@ -16,22 +16,18 @@ import (
 	"github.com/topk-dev/topk/schemas"
 	"github.com/topk-dev/topk/transforms/archive"
 	"github.com/topk-dev/topk/transforms/exact/store"
+	"github.com/topk-dev/topk/transforms/exact/store/storetest"
 )
 
 // Hour0 is the event hour the tests seed.
 var Hour0 = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
 
-// NewStore is a fresh exact store on an in-process bttest, closed and
-// stopped when the test ends.
+// NewStore is a fresh exact store (storetest.New: BIGTABLE_EMULATOR_HOST's
+// emulator or an in-process bttest, its own instance), closed when the test
+// ends.
 func NewStore(t testing.TB) *store.Store {
 	t.Helper()
-	addr, stop, err := store.Embedded()
-	must(t, err)
-	t.Cleanup(stop)
-	st, err := store.Open(context.Background(), "p", "i", store.EmulatorOptions(addr)...)
-	must(t, err)
-	t.Cleanup(func() { st.Close() })
-	return st
+	return storetest.New(t).Store
 }
 
 // GenEvents makes n distinct events in hour with skewed items, two types and
