@@ -43,7 +43,7 @@ func BenchmarkWriteHour(b *testing.B) {
 				b.Fatal(err)
 			}
 			s = open(b, EmulatorOptions(addr)...)
-			defer stop()
+			b.Cleanup(stop)
 		}
 		b.StartTimer()
 		start := time.Now()
