@@ -1,0 +1,198 @@
+package users
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math"
+	"testing"
+)
+
+// Property: the estimate of n distinct users is within 4 standard errors
+// (4 x 0.81%) of n, and adding the same users again changes nothing.
+func TestEstimateWithinError(t *testing.T) {
+	for _, n := range []int{0, 1, 10, 1000, 20_000, 300_000} {
+		s := New()
+		for i := range n {
+			s.Add(fmt.Sprintf("u_%d", i))
+		}
+		before := s.Estimate()
+		for i := range n {
+			s.Add(fmt.Sprintf("u_%d", i))
+		}
+		got := s.Estimate()
+		if got != before {
+			t.Fatalf("n=%d: re-adding the same users moved the estimate %d -> %d", n, before, got)
+		}
+		if err := math.Abs(float64(got) - float64(n)); err > 4*0.0081*float64(n)+1 {
+			t.Fatalf("n=%d: estimate %d", n, got)
+		}
+	}
+}
+
+// Property: one account posting 500 times counts once.
+func TestOneAccountManyPostsCountsOnce(t *testing.T) {
+	s := New()
+	for range 500 {
+		s.Add("u_spam")
+	}
+	if got := s.Estimate(); got != 1 {
+		t.Fatalf("estimate %d, want 1", got)
+	}
+}
+
+// Property: a window merged from bucket sketches estimates the users of the
+// union (users repeat across buckets), and merging is order independent.
+func TestMergeBucketsIsUnion(t *testing.T) {
+	buckets := make([]*Sketch, 60)
+	for b := range buckets {
+		buckets[b] = New()
+		for i := range 200 { // the same 150 users every minute, plus 50 new
+			u := i
+			if i >= 150 {
+				u = 150 + b*50 + (i - 150)
+			}
+			buckets[b].Add(fmt.Sprintf("u_%d", u))
+		}
+	}
+	want := 150 + 60*50
+	fwd, rev := New(), New()
+	for b := range buckets {
+		if err := fwd.Merge(buckets[b]); err != nil {
+			t.Fatal(err)
+		}
+		if err := rev.Merge(buckets[len(buckets)-1-b]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if f, r := fwd.Estimate(), rev.Estimate(); f != r || math.Abs(float64(f)-float64(want)) > 0.04*float64(want) {
+		t.Fatalf("merged estimates %d, %d; want %d", f, r, want)
+	}
+}
+
+// Property: AddWeighted estimates the sum of the distinct users' weights,
+// and a user is in or out the same way every time.
+func TestWeightedEstimatesWeightSum(t *testing.T) {
+	s := New()
+	const n = 100_000
+	sum := 0.0
+	for i := range n {
+		w := float64(i%10) / 10 // 0, 0.1, ... 0.9
+		sum += w
+		h := Hash(fmt.Sprintf("u_%d", i))
+		s.AddWeighted(h, w)
+		s.AddWeighted(h, w)
+		if Keep(h, w) != Keep(h, w) {
+			t.Fatal("Keep is not a function of its input")
+		}
+	}
+	if got := float64(s.Estimate()); math.Abs(got-sum) > 0.03*sum {
+		t.Fatalf("estimate %v, want about %v", got, sum)
+	}
+	low := New()
+	for i := range 3000 {
+		low.AddWeighted(Hash(fmt.Sprintf("new_%d", i)), 0.05)
+	}
+	if got := low.Estimate(); got > 250 {
+		t.Fatalf("3,000 accounts of weight 0.05: estimate %d, want about 150", got)
+	}
+}
+
+// Property: encode/decode is lossless, including the empty sketch.
+func TestRoundTrip(t *testing.T) {
+	for _, n := range []int{0, 3, 5000, 50_000} {
+		s := New()
+		for i := range n {
+			s.Add(fmt.Sprintf("u_%d", i))
+		}
+		b, err := s.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var d Sketch
+		if err := d.UnmarshalBinary(b); err != nil {
+			t.Fatal(err)
+		}
+		if d.Estimate() != s.Estimate() {
+			t.Fatalf("n=%d: decoded %d, want %d", n, d.Estimate(), s.Estimate())
+		}
+	}
+	var s Sketch
+	for _, bad := range [][]byte{nil, []byte("TK"), []byte("XYZ\x01"), []byte("TKU\x02"), []byte("TKU\x01garbage")} {
+		if err := s.UnmarshalBinary(bad); !errors.Is(err, ErrBadSketch) {
+			t.Fatalf("%q: err %v, want ErrBadSketch", bad, err)
+		}
+	}
+}
+
+func sketchOf(data []byte) *Sketch {
+	s := New()
+	for i := 0; i+2 <= len(data); i += 2 {
+		s.Add(string(data[i : i+2]))
+	}
+	return s
+}
+
+// FuzzUnmarshalBinary: decoding arbitrary bytes returns an error or a
+// sketch that estimates, merges and re-encodes without panicking; for
+// sketches built from the input, a round trip is lossless and merge after
+// encode/decode equals merge in memory.
+func FuzzUnmarshalBinary(f *testing.F) {
+	for _, n := range []int{0, 1, 100, 20_000} {
+		s := New()
+		for i := range n {
+			s.Add(fmt.Sprint(i))
+		}
+		b, _ := s.MarshalBinary()
+		f.Add(b)
+	}
+	f.Add([]byte("TKU\x01\x02\x0e"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var d Sketch
+		if err := d.UnmarshalBinary(data); err == nil {
+			d.Estimate()
+			c := d.Clone()
+			_ = c.Merge(sketchOf(data))
+			_ = sketchOf(data).Merge(&d)
+			if _, err := d.MarshalBinary(); err != nil {
+				t.Fatalf("re-encode: %v", err)
+			}
+		} else if !errors.Is(err, ErrBadSketch) {
+			t.Fatalf("error %v does not wrap ErrBadSketch", err)
+		}
+
+		half := len(data) / 2
+		a, b := sketchOf(data[:half]), sketchOf(data[half:])
+		ea, err := a.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		eb, _ := b.MarshalBinary()
+		var da, db Sketch
+		if err := da.UnmarshalBinary(ea); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.UnmarshalBinary(eb); err != nil {
+			t.Fatal(err)
+		}
+		if da.Estimate() != a.Estimate() {
+			t.Fatalf("round trip %d, want %d", da.Estimate(), a.Estimate())
+		}
+		mem := a.Clone()
+		if err := mem.Merge(b); err != nil {
+			t.Fatal(err)
+		}
+		if err := da.Merge(&db); err != nil {
+			t.Fatal(err)
+		}
+		if da.Estimate() != mem.Estimate() {
+			t.Fatalf("merge after decode %d, in memory %d", da.Estimate(), mem.Estimate())
+		}
+		again, _ := da.MarshalBinary()
+		var dd Sketch
+		if err := dd.UnmarshalBinary(again); err != nil || dd.Estimate() != mem.Estimate() {
+			t.Fatalf("second round trip: %v, %d want %d", err, dd.Estimate(), mem.Estimate())
+		}
+		_ = bytes.Equal
+	})
+}
