@@ -1,0 +1,340 @@
+package rules
+
+import (
+	"unsafe"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/topk-dev/topk/schemas"
+)
+
+// IDHash is the hash of an event_id: the dedupe tables' hash, and the
+// second key of the canonical order of events (event time in milliseconds,
+// then IDHash) in which repeats and caps are judged.
+func IDHash(id string) uint64 { return xxhash.Sum64String(id) }
+
+// KeyState is what the repeat and cap rules remember of one (user, type,
+// item) in one rule window. The zero value is a key not seen yet.
+type KeyState struct {
+	// recent are the latest events seen, in canonical order (event time
+	// in ms, IDHash), latest first; n of them are set. Keeping a few, not
+	// one, lets an event that arrives a little after a later one still be
+	// judged against the event just before it.
+	recent [keyRecent]stamp
+	n      uint8
+	count  uint32 // events counted
+}
+
+// keyRecent is how many of a key's latest events a KeyState keeps.
+const keyRecent = 4
+
+type stamp struct {
+	ts int64
+	id uint64
+}
+
+func (a stamp) less(b stamp) bool { return a.ts < b.ts || (a.ts == b.ts && a.id < b.id) }
+
+// Judge applies the repeat and cap rules to the events of one key, one
+// event at a time. The exact recount calls it on each key's events in
+// canonical order, which is the definition; a Filter calls it in arrival
+// order (see the package doc for why that never drops an event the
+// definition keeps).
+type Judge struct {
+	gap int64 // ms; 0: no repeat rule
+	cap uint32
+}
+
+// Judge returns c's repeat and cap rules (none when c.Off).
+func (c Config) Judge() Judge {
+	if c.Off {
+		return Judge{}
+	}
+	return Judge{gap: c.RepeatGap.Milliseconds(), cap: uint32(c.Cap)}
+}
+
+// Stateful reports whether any rule besides the dedupe needs memory across
+// events: the repeat rule or the cap. When false, Judge.Step always says OK.
+func (c Config) Stateful() bool { return c.stateful() }
+
+// WindowStart is the start (Unix ms) of the rule window holding tsMs.
+func (c Config) WindowStart(tsMs int64) int64 {
+	w := c.Window.Milliseconds()
+	return floorDiv(tsMs, w) * w
+}
+
+// Step judges the next event of k's key, at event time tsMs with event_id
+// hash idHash, and updates k: Repeat when the latest earlier event of the
+// key (in canonical order, counted or not) is less than the gap before it,
+// else Capped when the key already counted the cap, else OK (counted).
+//
+// Called in canonical order, the latest earlier event is always known.
+// Called out of order, Step judges by the latest earlier event among those
+// it keeps; when it keeps none, the event is not a repeat. Either way an
+// event is called a repeat only if the definition's own predecessor is at
+// least as close.
+//
+// hot path: once per event.
+func (j Judge) Step(k *KeyState, tsMs int64, idHash uint64) Reason {
+	e := stamp{tsMs, idHash}
+	// i: the first kept event before e (they are latest first).
+	i := 0
+	for i < int(k.n) && !k.recent[i].less(e) {
+		i++
+	}
+	repeat := j.gap > 0 && i < int(k.n) && tsMs-k.recent[i].ts < j.gap
+	if i < keyRecent && (i == 0 || k.recent[i-1] != e) {
+		copy(k.recent[i+1:], k.recent[i:])
+		k.recent[i] = e
+		if k.n < keyRecent {
+			k.n++
+		}
+	}
+	if repeat {
+		return Repeat
+	}
+	if j.cap > 0 && k.count >= j.cap {
+		return Capped
+	}
+	k.count++
+	return OK
+}
+
+// Stats are a Filter's counts since the last TakeStats.
+type Stats struct {
+	// Events by the reason Check gave.
+	Events [NumReasons]uint64
+	// Weight is the sum of the weights of the events that counted.
+	Weight float64
+	// Unchecked events had an event_id the Filter could not remember: too
+	// old for the dedupe horizon, or their bucket's set was full. A later
+	// duplicate of one is counted again: an over-count of at most this
+	// many events, never an under-count.
+	Unchecked uint64
+	// Untracked events had a (user, type, item) the Filter could not
+	// remember (its window's table was full, or the window is older than
+	// the horizon): the repeat and cap rules were not applied to them, an
+	// over-count of at most this many events.
+	Untracked uint64
+}
+
+// Filter is the whole rule set for a stream: the event_id dedupe, the
+// stateless rules of its Rules, and the repeat and cap rules, with memory
+// bounded by its Config (see Bytes). It is not safe for concurrent use: use
+// one per goroutine (per DoFn instance).
+type Filter struct {
+	r     *Rules
+	judge Judge
+	// stateful is cfg.Stateful().
+	stateful bool
+
+	bucketMs int64
+	ids      []idBucket
+	maxIDs   int
+	windowMs int64
+	keys     []keyWindow
+	maxKeys  int
+
+	buf   []byte
+	stats Stats
+}
+
+type idBucket struct {
+	epoch int64
+	t     *table[struct{}]
+}
+
+type keyWindow struct {
+	epoch int64
+	t     *table[KeyState]
+}
+
+// Arena bytes per entry: event_ids and (user, type, item) keys longer on
+// average than this fill a table's arena before its entries.
+const (
+	idArenaBytes  = 48
+	keyArenaBytes = 64
+)
+
+// NewFilter returns a Filter applying r's rules. Its tables are allocated
+// as event time first reaches them, up to the bound Bytes reports.
+func (r *Rules) NewFilter() *Filter {
+	c := r.cfg
+	f := &Filter{
+		r:        r,
+		judge:    c.Judge(),
+		stateful: c.Stateful(),
+		bucketMs: c.DedupeBucket.Milliseconds(),
+		maxIDs:   c.MaxIDs,
+		windowMs: c.Window.Milliseconds(),
+		maxKeys:  c.MaxKeys,
+		buf:      make([]byte, 0, 512),
+	}
+	// One bucket more than the horizon holds, so that the bucket being
+	// filled never evicts one still inside the horizon.
+	f.ids = make([]idBucket, ceilDiv(c.DedupeHorizon.Milliseconds(), f.bucketMs)+1)
+	if f.stateful {
+		f.keys = make([]keyWindow, ceilDiv(c.DedupeHorizon.Milliseconds(), f.windowMs)+1)
+	}
+	return f
+}
+
+// MaxBytes is the most memory the Filter's tables take, whatever the
+// events: the bound behind "memory does not grow with a spam wave".
+func (f *Filter) MaxBytes() int {
+	id := tableBytes[struct{}](f.maxIDs, f.maxIDs*idArenaBytes)
+	key := tableBytes[KeyState](f.maxKeys, f.maxKeys*keyArenaBytes)
+	return len(f.ids)*id + len(f.keys)*key
+}
+
+// Bytes is the memory of the tables allocated so far (at most MaxBytes).
+func (f *Filter) Bytes() int {
+	n := 0
+	for i := range f.ids {
+		if t := f.ids[i].t; t != nil {
+			n += t.bytes()
+		}
+	}
+	for i := range f.keys {
+		if t := f.keys[i].t; t != nil {
+			n += t.bytes()
+		}
+	}
+	return n
+}
+
+func tableBytes[V any](ents, arena int) int {
+	size := 16
+	for size < ents*2 {
+		size <<= 1
+	}
+	var e tableEntry[V]
+	return size*8 + ents*int(unsafe.Sizeof(e)) + arena
+}
+
+// Rules is the Filter's stateless rule set.
+func (f *Filter) Rules() *Rules { return f.r }
+
+// Check applies every rule to e, in order: event_id dedupe, blocklist,
+// bots, repeats, cap; it returns the event's trust weight when it counts
+// (reason OK) and 0 otherwise. An event that counts adds 1 to its items'
+// counts and weight to their trust-weighted (trending) scores.
+//
+// hot path: once per event; no allocation once the tables event time
+// reaches are allocated.
+func (f *Filter) Check(e *schemas.Event) (weight float64, reason Reason) {
+	ts := e.TS.UnixMilli()
+	idh := xxhash.Sum64String(e.EventID)
+	if f.duplicate(e.EventID, idh, ts) {
+		f.stats.Events[Duplicate]++
+		return 0, Duplicate
+	}
+	w, r := f.r.Check(e)
+	if r == OK && f.stateful && e.User != "" {
+		r = f.step(e, ts, idh)
+	}
+	f.stats.Events[r]++
+	if r != OK {
+		return 0, r
+	}
+	f.stats.Weight += w
+	return w, OK
+}
+
+// duplicate reports whether id was seen before in its event-time bucket,
+// and remembers it.
+func (f *Filter) duplicate(id string, h uint64, ts int64) bool {
+	ep := floorDiv(ts, f.bucketMs)
+	b := &f.ids[floorMod(ep, int64(len(f.ids)))]
+	switch {
+	case b.t == nil:
+		b.t = newTable[struct{}](f.maxIDs, f.maxIDs*idArenaBytes)
+		b.epoch = ep
+	case ep > b.epoch:
+		b.t.reset()
+		b.epoch = ep
+	case ep < b.epoch:
+		f.stats.Unchecked++
+		return false
+	}
+	_, found, ok := b.t.getString(id, h)
+	if !ok {
+		f.stats.Unchecked++
+	}
+	return found
+}
+
+// step applies the repeat and cap rules with e's key state.
+func (f *Filter) step(e *schemas.Event, ts int64, idh uint64) Reason {
+	ep := floorDiv(ts, f.windowMs)
+	w := &f.keys[floorMod(ep, int64(len(f.keys)))]
+	switch {
+	case w.t == nil:
+		w.t = newTable[KeyState](f.maxKeys, f.maxKeys*keyArenaBytes)
+		w.epoch = ep
+	case ep > w.epoch:
+		w.t.reset()
+		w.epoch = ep
+	case ep < w.epoch:
+		f.stats.Untracked++
+		return OK
+	}
+	f.buf = AppendKey(f.buf[:0], e.User, e.Type, e.Item)
+	k, _, ok := w.t.get(f.buf, xxhash.Sum64(f.buf))
+	if !ok {
+		f.stats.Untracked++
+		return OK
+	}
+	return f.judge.Step(k, ts, idh)
+}
+
+// AppendKey appends the key the repeat and cap rules keep state by:
+// user, type and item, separated by NUL (which none of them may hold).
+func AppendKey(dst []byte, user, typ, item string) []byte {
+	dst = append(dst, user...)
+	dst = append(dst, 0)
+	dst = append(dst, typ...)
+	dst = append(dst, 0)
+	return append(dst, item...)
+}
+
+// forget empties the tables, keeping their memory (for benchmarks).
+func (f *Filter) forget() {
+	for i := range f.ids {
+		if t := f.ids[i].t; t != nil {
+			t.reset()
+		}
+	}
+	for i := range f.keys {
+		if t := f.keys[i].t; t != nil {
+			t.reset()
+		}
+	}
+}
+
+// TakeStats returns the counts since the last call and resets them.
+func (f *Filter) TakeStats() Stats {
+	s := f.stats
+	f.stats = Stats{}
+	return s
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && (a < 0) != (b < 0) {
+		q--
+	}
+	return q
+}
+
+func floorMod(a, b int64) int64 {
+	m := a % b
+	if m < 0 {
+		m += b
+	}
+	return m
+}
+
+func ceilDiv(a, b int64) int {
+	return int((a + b - 1) / b)
+}
