@@ -15,6 +15,12 @@
 // (--bigtable_project, --bigtable_instance): the official emulator when
 // BIGTABLE_EMULATOR_HOST is set (the table is created there if missing),
 // else Google Cloud with default credentials.
+// --geo_db is a MaxMind-format City database: ingest sets each event's
+// country and region from the client IP (--client_ip_header behind a
+// proxy); without it events get none, and a client's own are never
+// trusted. The rules flags (--bots, --rules=none, ...: transforms/rules)
+// drop beacons from known bots' user agents at ingest; the other rules are
+// the counting paths'.
 //
 // It never imports Beam: `go list -deps ./serving | grep beam` prints nothing.
 package main
@@ -33,6 +39,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/topk-dev/topk/serving/api"
+	"github.com/topk-dev/topk/serving/geo"
+	"github.com/topk-dev/topk/transforms/rules"
 	"github.com/topk-dev/topk/transforms/exact/store"
 )
 
@@ -70,16 +78,38 @@ func main() {
 		defer st.Close()
 		cfg.Exact = st
 	}
+	if ex.geoDB != "" {
+		db, err := geo.Open(ex.geoDB)
+		if err != nil {
+			cfg.Logger.Error("serving failed", "err", err)
+			os.Exit(1)
+		}
+		defer db.Close()
+		cfg.Geo = db
+	} else {
+		cfg.Logger.Warn("no --geo_db: events keep no country or region (the client's are never trusted)")
+	}
+	rs, err := rules.New(*ex.rules)
+	if err != nil {
+		cfg.Logger.Error("serving failed", "err", err)
+		os.Exit(1)
+	}
+	cfg.Rules = rs
+	go rs.Watch(ctx, func(err error) { cfg.Logger.Error("rules: reload failed; the old rules stay", "err", err) })
+	cfg.Logger.Info("rules", "version", rs.Version())
 	if err := api.Run(ctx, cfg); err != nil {
 		cfg.Logger.Error("serving failed", "err", err)
 		os.Exit(1)
 	}
 }
 
-// exactFlags say whether and where to read the exact tables.
+// exactFlags say whether and where to read the exact tables, and which
+// files ingest opens: the geo database and the rules' files.
 type exactFlags struct {
 	on                bool
 	project, instance string
+	geoDB             string
+	rules             *rules.Config
 }
 
 // openExact opens the exact store; on an emulator it also creates the table
@@ -124,6 +154,9 @@ func parseAllFlags(fs *flag.FlagSet, args []string) (api.Config, exactFlags, err
 	fs.BoolVar(&ex.on, "exact", false, "serve /v1/charts/daily from the Bigtable exact tables (BIGTABLE_EMULATOR_HOST selects the emulator)")
 	fs.StringVar(&ex.project, "bigtable_project", "topk-local", "Bigtable project of the exact tables")
 	fs.StringVar(&ex.instance, "bigtable_instance", "topk", "Bigtable instance of the exact tables")
+	fs.StringVar(&ex.geoDB, "geo_db", "", "MaxMind-format City database (GeoIP2/GeoLite2 City .mmdb): events get country and region from the client IP; without it they get none")
+	fs.StringVar(&cfg.ClientIPHeader, "client_ip_header", "", "header holding the client IP as set by a trusted proxy in front (e.g. X-Real-IP); default: the connection's address")
+	ex.rules = rules.RegisterFlags(fs, "")
 	if err := fs.Parse(args); err != nil {
 		return cfg, ex, err
 	}
@@ -142,6 +175,9 @@ func parseAllFlags(fs *flag.FlagSet, args []string) (api.Config, exactFlags, err
 	cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	if cfg.StaleAfter == 0 {
 		cfg.StaleAfter = api.DefaultStaleAfter
+	}
+	if err := ex.rules.Validate(); err != nil {
+		return cfg, ex, err
 	}
 	return cfg, ex, cfg.Validate()
 }

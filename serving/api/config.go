@@ -11,6 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/topk-dev/topk/schemas"
+	"github.com/topk-dev/topk/serving/geo"
+	"github.com/topk-dev/topk/transforms/rules"
 	"github.com/topk-dev/topk/transforms/exact/store"
 )
 
@@ -52,6 +54,23 @@ type Config struct {
 	// Types are item types accepted by /v1/top before any list of theirs is
 	// published (they get 404 instead of 400 until then).
 	Types []string
+
+	// Geo derives each event's country and region from the client's IP
+	// address; it is used as is and never closed by the server. Zero:
+	// events keep no country (a client's own country is never trusted).
+	Geo *geo.DB
+	// ClientIPHeader, when set, names a header holding the client's IP
+	// address as set by a trusted proxy in front of the server (one
+	// address, such as X-Real-IP). Zero: the connection's remote address.
+	ClientIPHeader string
+	// Profiles, when set, gives the country and region of an account the
+	// server knows; it wins over the IP address. Zero: no profile lookup.
+	Profiles func(user string) (country, region string, ok bool)
+	// Rules, when set, drops beacons whose User-Agent matches a known
+	// bot's pattern (the one rule only ingest can apply). The other rules
+	// are applied by the counting paths, so the view log keeps the facts
+	// and a recount with new rules can change its mind.
+	Rules *rules.Rules
 
 	// Exact is the Bigtable exact store that GET /v1/charts/daily reads;
 	// it is used as is and never closed by the server. Zero: the endpoint

@@ -68,6 +68,12 @@
 //	     in flight a retry gets 409 with Retry-After). If Redis is down the
 //	     beacon is published without deduplication (at least once). 413 over
 //	     Config.MaxBodyBytes or Config.MaxEvents; 400 when no event is valid.
+//	     Country and region come from the server, never the client: from
+//	     Config.Profiles for a known account, else from the client IP in
+//	     Config.Geo (a MaxMind-format database), else none; a client-sent
+//	     country or region is dropped and counted. A beacon whose
+//	     User-Agent matches a known bot (Config.Rules) is acknowledged
+//	     (202, "dropped") and not published.
 //	GET|POST|DELETE /v1/admin/removals   the deny set, with
 //	     "Authorization: Bearer <Config.AdminToken>" (401 without, 403 with a
 //	     wrong token or when no token is configured). POST {"type","item",

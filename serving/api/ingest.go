@@ -28,6 +28,9 @@ type ingestReply struct {
 	// Duplicate is set when the beacon_id was already published within the
 	// dedupe window: nothing was published this time.
 	Duplicate bool `json:"duplicate,omitempty"`
+	// Dropped counts valid events that were not published because a rule
+	// drops them at ingest (a known bot's user agent).
+	Dropped int `json:"dropped,omitempty"`
 }
 
 // rejectedEvent names an event the beacon carried that was not accepted.
@@ -103,10 +106,12 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) error {
 	reply := ingestReply{BeaconID: id, Rejected: []rejectedEvent{}}
 	b := schemas.Beacon{BeaconID: id, Events: make([]schemas.Event, 0, len(env.Events))}
 	var earliest time.Time
+	gl := s.newGeoLookup(r)
 	for i, raw := range env.Events {
 		var e schemas.Event
 		err := schemas.ParseEventJSON(raw, &e)
 		if err == nil {
+			gl.locate(&e)
 			err = val.Validate(&e, now)
 		}
 		if err != nil {
@@ -121,6 +126,15 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) error {
 			earliest = e.TS
 		}
 		b.Events = append(b.Events, e)
+	}
+	if s.cfg.Rules != nil && len(b.Events) > 0 && s.cfg.Rules.BotAgent(r.UserAgent()) {
+		// A known bot: acknowledged, not published.
+		reply.Dropped = len(b.Events)
+		s.metrics.ingestEvents.WithLabelValues("bot").Add(float64(len(b.Events)))
+		s.metrics.ingestEvents.WithLabelValues("rejected").Add(float64(len(reply.Rejected)))
+		s.metrics.beacons.WithLabelValues("bot").Inc()
+		writeJSON(w, http.StatusAccepted, reply)
+		return nil
 	}
 	reply.Accepted = len(b.Events)
 	s.metrics.ingestEvents.WithLabelValues("accepted").Add(float64(len(b.Events)))

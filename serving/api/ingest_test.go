@@ -30,19 +30,20 @@ type ingestCase struct {
 }
 
 // beaconBody builds a beacon with two valid events (the second earlier) and
-// one invalid one (index 1).
+// one invalid one (index 1). The client's country and region are ignored:
+// without a geo database the accepted events have none.
 func beaconBody(id string, now time.Time) ingestCase {
 	t1 := now.Add(-time.Minute).Truncate(time.Millisecond).UTC()
 	t2 := now.Add(-2 * time.Minute).Truncate(time.Millisecond).UTC()
 	body := fmt.Sprintf(`{"beacon_id":%q,"events":[
 		{"event_id":"%s-a","type":"video","item":"v_1","user":"u_1","ts":%q,"country":"IN","region":"IN-MH"},
-		{"event_id":"%s-b","type":"video","item":"v_2","ts":%q,"country":"india"},
+		{"event_id":"%s-b","type":"Video","item":"v_2","ts":%q,"country":"india"},
 		{"event_id":"%s-c","type":"hashtag","item":"h_3","ts":%q}]}`,
 		id, id, t1.Format(time.RFC3339Nano), id, t1.Format(time.RFC3339Nano), id, t2.Format(time.RFC3339Nano))
 	return ingestCase{
 		body: body,
 		accepted: []schemas.Event{
-			{EventID: id + "-a", Type: "video", Item: "v_1", User: "u_1", TS: t1, Country: "IN", Region: "IN-MH"},
+			{EventID: id + "-a", Type: "video", Item: "v_1", User: "u_1", TS: t1},
 			{EventID: id + "-c", Type: "hashtag", Item: "h_3", TS: t2},
 		},
 		earliest: t2,

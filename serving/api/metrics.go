@@ -24,6 +24,7 @@ type metrics struct {
 	ingestEvents *prometheus.CounterVec
 	beacons      *prometheus.CounterVec
 	publishTime  prometheus.Histogram
+	geo          *geoMetrics
 }
 
 func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
@@ -53,16 +54,17 @@ func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
 			Name: "topk_serving_removals", Help: "Items in the deny set.",
 		}),
 		ingestEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "topk_serving_ingest_events_total", Help: "Events received by POST /v1/events, by result (accepted, rejected).",
+			Name: "topk_serving_ingest_events_total", Help: "Events received by POST /v1/events, by result (accepted, rejected, bot).",
 		}, []string{"result"}),
 		beacons: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "topk_serving_ingest_beacons_total", Help: "Beacons received, by result (published, duplicate, in_flight, invalid, failed).",
+			Name: "topk_serving_ingest_beacons_total", Help: "Beacons received, by result (published, duplicate, in_flight, invalid, failed, bot).",
 		}, []string{"result"}),
 		publishTime: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "topk_serving_pubsub_publish_seconds", Help: "Time from publish to Pub/Sub's acknowledgement.",
 			Buckets: prometheus.ExponentialBuckets(0.5e-3, 2, 14),
 		}),
 	}
+	m.geo = newGeoMetrics(reg)
 	reg.MustRegister(m.requests, m.latency, m.redisErrors, m.renders, m.badBlobs, m.removals, m.ingestEvents, m.beacons, m.publishTime, listCollector{s})
 	return m
 }
