@@ -40,8 +40,8 @@ import (
 
 	"github.com/topk-dev/topk/serving/api"
 	"github.com/topk-dev/topk/serving/geo"
-	"github.com/topk-dev/topk/transforms/rules"
 	"github.com/topk-dev/topk/transforms/exact/store"
+	"github.com/topk-dev/topk/transforms/rules"
 )
 
 // redisLogger sends go-redis' internal log lines to slog at debug level.

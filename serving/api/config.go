@@ -12,8 +12,8 @@ import (
 
 	"github.com/topk-dev/topk/schemas"
 	"github.com/topk-dev/topk/serving/geo"
-	"github.com/topk-dev/topk/transforms/rules"
 	"github.com/topk-dev/topk/transforms/exact/store"
+	"github.com/topk-dev/topk/transforms/rules"
 )
 
 // MaxK is the largest k a read may ask for.
