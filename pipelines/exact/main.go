@@ -13,8 +13,11 @@
 // The recount itself is package pipelines/recount (this command imports it,
 // so it is also the Beam worker for its pipelines). For each hour, in order:
 // read the hour's Parquet files and its late/
-// folder, drop duplicate event_ids, count per (type, scope, item) for every
-// scope of the event, then
+// folder, drop duplicate event_ids, apply the countable-event rules (the
+// flags of transforms/rules: --rules=none keeps only the dedupe, --bots,
+// --blocklist, --repeat_gap, --cap, --rules_window; the rules version is
+// logged and reported with each hour), count per (type, scope, item) for
+// every scope of the event, then
 //
 //  1. write the exact hourly table as Parquet at
 //     ARCHIVE/exact/hour=.../counts.parquet (temp + rename, or one upload:
@@ -59,6 +62,7 @@ import (
 	"github.com/topk-dev/topk/pipelines/internal/beamrun"
 	"github.com/topk-dev/topk/pipelines/recount"
 	"github.com/topk-dev/topk/transforms/exact/store"
+	"github.com/topk-dev/topk/transforms/rules"
 )
 
 // Flags is the command line.
@@ -72,6 +76,8 @@ type Flags struct {
 	ListsDir, MetricsFile   string
 	Bigtable                bool
 	CPUProfile              string
+	// Rules are the countable-event rules' flags (--rules, --bots, ...).
+	Rules *rules.Config
 }
 
 // Register defines the flags on fs.
@@ -93,12 +99,20 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.CPUProfile, "cpuprofile", "", "write a CPU profile of the whole run (Prism and, when embedded, bttest run in-process) to this file")
 	fs.BoolVar(&f.Bigtable, "bigtable", true, "write the Bigtable exact tables; false: only the Parquet exact table (a backfill of the analysts' table, or to time the count alone)")
 	fs.StringVar(&f.MetricsFile, "metrics_file", "", "write the grades as Prometheus text here (textfile collector)")
+	f.Rules = rules.RegisterFlags(fs, "")
 }
 
 // Config turns the flags into a Config (without a store connection).
 func (f *Flags) Config() (recount.Config, error) {
 	cfg := recount.Config{Archive: f.Archive, Staging: f.Staging, K: f.K, Shards: f.Shards, Parts: f.Parts, Readers: f.Readers, Waves: f.Waves, RequireClosed: f.RequireClosed,
 		Project: f.Project, Instance: f.Instance, ListsDir: f.ListsDir, MetricsFile: f.MetricsFile, ParquetOnly: !f.Bigtable}
+	if f.Rules != nil {
+		if err := f.Rules.Validate(); err != nil {
+			return cfg, err
+		}
+		rc := *f.Rules
+		cfg.Rules = &rc
+	}
 	parse := func(name, v string) (time.Time, error) {
 		t, err := time.Parse(store.HourFormat, v)
 		if err != nil {

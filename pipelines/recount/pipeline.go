@@ -21,6 +21,7 @@ import (
 
 	"github.com/topk-dev/topk/schemas"
 	"github.com/topk-dev/topk/transforms/archive"
+	"github.com/topk-dev/topk/transforms/rules"
 	"github.com/topk-dev/topk/transforms/summary"
 )
 
@@ -46,6 +47,10 @@ type HourJob struct {
 	// waves, those copies are of one wave's events only. A runner with a
 	// real shuffle (Dataflow, Flink) is fastest with 1.
 	Waves int
+	// Rules, when set, is the countable-event rule set applied before
+	// counting (transforms/rules); nil: only the event_id dedupe (as
+	// --rules=none). Its files are read by each worker.
+	Rules *rules.Config
 }
 
 // Build adds the recount of one hour to s:
@@ -64,6 +69,20 @@ type HourJob struct {
 // partition, so the second shuffle carries one record per distinct
 // (type, item, country, region) of a shard instead of one per scope.
 //
+// With Rules, the read drops what the stateless rules drop (blocklist,
+// bots), and when the repeat or cap rule is on the kept events of the
+// dedupe are regrouped by (user, type, item) partition instead of being
+// combined there:
+//
+//	-> GroupByKey(user partition)
+//	-> per (user, type, item, rule window), events in canonical order
+//	   (event time, event_id hash) through rules.Judge; the counted
+//	   ones combined per (type, item, country, region)
+//	-> GroupByKey(partition) as above
+//
+// so the exact path applies the definition exactly, at the cost of a
+// second shuffle of the events that have a user.
+//
 // The output files are a function of the input only (the dedupe keeps the
 // smallest record of an event_id, in the encoding of canonicalRecord,
 // whichever arrives first), written to a temp name and renamed, so a
@@ -80,6 +99,15 @@ func Build(s beam.Scope, job HourJob) {
 		waves = 4
 	}
 	waves = max(1, min(waves, job.Shards))
+	var rc rules.Config
+	apply := job.Rules != nil && !job.Rules.Off
+	if apply {
+		rc = *job.Rules
+		if err := rc.Validate(); err != nil {
+			panic(fmt.Sprintf("exact.recount: %v", err))
+		}
+	}
+	stateful := apply && rc.Stateful()
 	// byWave[w][r]: reader r's batches of the shards of wave w. The split
 	// is fused into the read, so that no stage gets every event as input.
 	byWave := make([][]beam.PCollection, waves)
@@ -89,13 +117,14 @@ func Build(s beam.Scope, job HourJob) {
 			files = append(files, job.Files[i])
 		}
 		rs := s.Scope(fmt.Sprintf("reader%d", r))
-		batches := beam.ParDo(rs, &readFn{Shards: job.Shards, HourMs: job.Hour.UnixMilli()}, beam.CreateList(rs, files))
+		batches := beam.ParDo(rs, &readFn{Shards: job.Shards, HourMs: job.Hour.UnixMilli(), Rules: rc, Apply: apply, Stateful: stateful}, beam.CreateList(rs, files))
 		for w := range waves {
 			byWave[w] = append(byWave[w], beam.ParDo(rs, &waveFn{Wave: w, Waves: waves}, batches))
 		}
 	}
 	var prevDone beam.PCollection
 	countsByWave := make([]beam.PCollection, waves)
+	usersByWave := make([]beam.PCollection, waves)
 	for w := range waves {
 		ws := s.Scope(fmt.Sprintf("wave%d", w))
 		events := byWave[w][0]
@@ -107,10 +136,14 @@ func Build(s beam.Scope, job HourJob) {
 			events = beam.ParDo(ws, &afterFn{}, events, beam.SideInput{Input: prevDone})
 		}
 		byShard := beam.GroupByKey(ws, events)
-		countsByWave[w], prevDone = beam.ParDo2(ws, &dedupeCountFn{Parts: job.Parts}, byShard)
+		countsByWave[w], prevDone, usersByWave[w] = beam.ParDo3(ws, &dedupeCountFn{Parts: job.Parts, Stateful: stateful}, byShard)
+	}
+	if stateful {
+		byUser := beam.GroupByKey(s, beam.Flatten(s, usersByWave...))
+		countsByWave = append(countsByWave, beam.ParDo(s, &judgeFn{Parts: job.Parts, Rules: rc, HourMs: job.Hour.UnixMilli()}, byUser))
 	}
 	counts := countsByWave[0]
-	if waves > 1 {
+	if len(countsByWave) > 1 {
 		counts = beam.Flatten(s, countsByWave...)
 	}
 	byPart := beam.GroupByKey(s, counts)
@@ -124,7 +157,8 @@ func Build(s beam.Scope, job HourJob) {
 
 func init() {
 	register.DoFn3x1[context.Context, string, func(int, []byte), error](&readFn{})
-	register.DoFn5x1[context.Context, int, func(*[]byte) bool, func(int, []byte), func(int), error](&dedupeCountFn{})
+	register.DoFn6x1[context.Context, int, func(*[]byte) bool, func(int, []byte), func(int), func(int, []byte), error](&dedupeCountFn{})
+	register.DoFn4x1[context.Context, int, func(*[]byte) bool, func(int, []byte), error](&judgeFn{})
 	register.DoFn3x0[int, []byte, func(int, []byte)](&waveFn{})
 	register.DoFn4x0[int, []byte, func(*int) bool, func(int, []byte)](&afterFn{})
 	register.Emitter1[int]()
@@ -142,6 +176,11 @@ var (
 	mDuplicates = beam.NewCounter("topk", "exact_duplicates_dropped")
 	mCounted    = beam.NewCounter("topk", "exact_events_counted")
 	mRows       = beam.NewCounter("topk", "exact_count_rows")
+	// Events the rules dropped, by reason (transforms/rules).
+	mBlocked = beam.NewCounter("topk", "exact_rules_blocked")
+	mBot     = beam.NewCounter("topk", "exact_rules_bot")
+	mRepeat  = beam.NewCounter("topk", "exact_rules_repeat")
+	mCapped  = beam.NewCounter("topk", "exact_rules_capped")
 	// Bytes of the batches sent to the first (events by event_id shard) and
 	// the second (counts by item partition) shuffle.
 	mEventBytes = beam.NewCounter("topk", "exact_shuffle_event_bytes")
@@ -155,12 +194,31 @@ const batchBytes = 1 << 20
 
 // readFn reads archive Parquet files and emits their events as batches keyed
 // by event_id shard. A record is the fields event_id (id), type (dict), item
-// (raw), country (dict), region (dict).
+// (raw), country (dict), region (dict); when Stateful, then user (raw) and
+// ts (uvarint, ms since the hour's start). With Apply, events the
+// stateless rules drop are not emitted.
 type readFn struct {
 	Shards int
 	HourMs int64
+	Rules  rules.Config
+	Apply  bool
+	// Stateful: the repeat or cap rule is on (records carry user and ts).
+	Stateful bool
 
 	bufs []batchWriter
+	rs   *rules.Rules
+}
+
+func (f *readFn) Setup() error {
+	if !f.Apply {
+		return nil
+	}
+	rs, err := rules.New(f.Rules)
+	if err != nil {
+		return fmt.Errorf("exact: %w", err)
+	}
+	f.rs = rs
+	return nil
 }
 
 func (f *readFn) StartBundle(_ context.Context, _ func(int, []byte)) {
@@ -183,6 +241,7 @@ func (f *readFn) ProcessElement(ctx context.Context, path string, emit func(int,
 	hour := time.UnixMilli(f.HourMs).UTC()
 	var v schemas.Validator
 	var nEvents, nInvalid, nOutside int64
+	var dropped [rules.NumReasons]int64
 	for {
 		n, err := r.Read(rows)
 		for i := range rows[:n] {
@@ -197,6 +256,12 @@ func (f *readFn) ProcessElement(ctx context.Context, path string, emit func(int,
 				nOutside++
 				continue
 			}
+			if f.rs != nil {
+				if _, why := f.rs.Check(&e); why != rules.OK {
+					dropped[why]++
+					continue
+				}
+			}
 			sh := int(summary.Hash(a.EventID) % uint64(f.Shards))
 			w := &f.bufs[sh]
 			w.begin()
@@ -205,6 +270,10 @@ func (f *readFn) ProcessElement(ctx context.Context, path string, emit func(int,
 			w.raw(a.Item)
 			w.dictStr(a.Country)
 			w.dictStr(a.Region)
+			if f.Stateful {
+				w.raw(a.User)
+				w.uvarint(uint64(e.TS.UnixMilli() - f.HourMs))
+			}
 			w.end()
 			if w.len() >= batchBytes {
 				b := w.take()
@@ -219,6 +288,8 @@ func (f *readFn) ProcessElement(ctx context.Context, path string, emit func(int,
 			return fmt.Errorf("read %s: %w", path, err)
 		}
 	}
+	mBlocked.Inc(ctx, dropped[rules.Blocked])
+	mBot.Inc(ctx, dropped[rules.Bot])
 	mEvents.Inc(ctx, nEvents)
 	mInvalid.Inc(ctx, nInvalid)
 	mOutside.Inc(ctx, nOutside)
@@ -246,18 +317,43 @@ func (f *readFn) FinishBundle(ctx context.Context, emit func(int, []byte)) {
 // partition. A count record is type (dict), item (raw), country (dict),
 // region (dict), count (uvarint).
 //
+// When Stateful (the repeat or cap rule is on), a kept event with a user
+// is not counted here but emitted on the third output, in batches keyed by
+// the partition of its (user, type, item), for judgeFn. A user record is
+// type (dict), item (raw), country (dict), region (dict), user (raw), ts
+// (uvarint, ms since the hour's start), event_id hash (uvarint).
+//
 // The dedupe is one open-addressing table of record positions, sized from
 // the batches' record counts; records are not copied. A duplicate that
 // replaces the record kept so far moves one count from the old record's
 // combination to the new one's, so one pass suffices.
 type dedupeCountFn struct {
-	Parts int
+	Parts    int
+	Stateful bool
 }
 
 // recPos is where a record starts: batch index + 1 (0: empty slot), offset.
 type recPos struct{ batch, off uint32 }
 
-func (f *dedupeCountFn) ProcessElement(ctx context.Context, shard int, iter func(*[]byte) bool, emit func(int, []byte), done func(int)) error {
+// eventRec is one event record of a dedupe batch.
+type eventRec struct {
+	id                   []byte // encoded
+	typ, country, region string
+	item, user           []byte
+	tsOff                uint64
+}
+
+// readEvent reads the next event record; user and ts only when stateful.
+func readEvent(r *batchReader, stateful bool) eventRec {
+	e := eventRec{id: r.id()}
+	e.typ, e.item, e.country, e.region = r.dictStr(), r.raw(), r.dictStr(), r.dictStr()
+	if stateful {
+		e.user, e.tsOff = r.raw(), r.uvarint()
+	}
+	return e
+}
+
+func (f *dedupeCountFn) ProcessElement(ctx context.Context, shard int, iter func(*[]byte) bool, emit func(int, []byte), done func(int), users func(int, []byte)) error {
 	batches, total, err := collectBatches(iter)
 	if err != nil {
 		return err
@@ -278,19 +374,20 @@ func (f *dedupeCountFn) ProcessElement(ctx context.Context, shard int, iter func
 		r.reset(batch)
 		for r.next() {
 			off := uint32(r.pos)
-			id := r.id()
-			typ, item, country, region := r.dictStr(), r.raw(), r.dictStr(), r.dictStr()
+			e := readEvent(&r, f.Stateful)
 			if r.err != nil {
 				return r.err
 			}
-			h := xxhash.Sum64(id)
+			h := xxhash.Sum64(e.id)
 			i := h & mask
 			for {
 				p := table[i]
 				if p.batch == 0 {
 					table[i] = recPos{uint32(bi) + 1, off}
-					key = comboKey(key[:0], typ, item, country, region)
-					comb.add(key, 1)
+					if !f.Stateful {
+						key = comboKey(key[:0], e.typ, e.item, e.country, e.region)
+						comb.add(key, 1)
+					}
 					break
 				}
 				var o batchReader
@@ -299,23 +396,26 @@ func (f *dedupeCountFn) ProcessElement(ctx context.Context, shard int, iter func
 				if int(p.batch-1) == bi {
 					o.dict = r.dict[:len(r.dict):len(r.dict)]
 				}
-				if string(o.id()) != string(id) {
+				if string(o.id()) != string(e.id) {
 					i = (i + 1) & mask
 					continue
 				}
 				dups++
-				oTyp, oItem, oCountry, oRegion := o.dictStr(), o.raw(), o.dictStr(), o.dictStr()
+				o.pos = int(p.off)
+				oe := readEvent(&o, f.Stateful)
 				if o.err != nil {
 					return o.err
 				}
-				can1 = canonicalRecord(can1[:0], id, typ, item, country, region)
-				can2 = canonicalRecord(can2[:0], id, oTyp, oItem, oCountry, oRegion)
+				can1 = canonicalRecord(can1[:0], e, f.Stateful)
+				can2 = canonicalRecord(can2[:0], oe, f.Stateful)
 				if bytes.Compare(can1, can2) < 0 {
 					table[i] = recPos{uint32(bi) + 1, off}
-					key = comboKey(key[:0], oTyp, oItem, oCountry, oRegion)
-					comb.add(key, -1)
-					key = comboKey(key[:0], typ, item, country, region)
-					comb.add(key, 1)
+					if !f.Stateful {
+						key = comboKey(key[:0], oe.typ, oe.item, oe.country, oe.region)
+						comb.add(key, -1)
+						key = comboKey(key[:0], e.typ, e.item, e.country, e.region)
+						comb.add(key, 1)
+					}
 				}
 				break
 			}
@@ -325,14 +425,62 @@ func (f *dedupeCountFn) ProcessElement(ctx context.Context, shard int, iter func
 		}
 		dicts[bi] = r.dict[:len(r.dict):len(r.dict)]
 	}
-	table = nil
 	mDuplicates.Inc(ctx, dups)
-	mCounted.Inc(ctx, int64(total)-dups)
+	if f.Stateful {
+		// The kept events: those without a user are counted here, the
+		// others go to judgeFn by (user, type, item) partition.
+		byUser := make([]batchWriter, f.Parts)
+		var idBuf []byte
+		for _, p := range table {
+			if p.batch == 0 {
+				continue
+			}
+			var o batchReader
+			o.b, o.pos, o.left, o.dict = batches[p.batch-1], int(p.off), 1, dicts[p.batch-1]
+			e := readEvent(&o, true)
+			if o.err != nil {
+				return o.err
+			}
+			if len(e.user) == 0 {
+				key = comboKey(key[:0], e.typ, e.item, e.country, e.region)
+				comb.add(key, 1)
+				continue
+			}
+			key = rules.AppendKey(key[:0], string(e.user), e.typ, string(e.item))
+			up := summary.Partition(summary.Hash(string(key)), f.Parts)
+			w := &byUser[up]
+			w.begin()
+			w.dictStr(e.typ)
+			w.rawBytes(e.item)
+			w.dictStr(e.country)
+			w.dictStr(e.region)
+			w.rawBytes(e.user)
+			w.uvarint(e.tsOff)
+			idBuf = appendID(idBuf[:0], e.id)
+			w.uvarint(rules.IDHash(string(idBuf)))
+			w.end()
+			if w.len() >= batchBytes {
+				b := w.take()
+				mEventBytes.Inc(ctx, int64(len(b)))
+				users(up, b)
+			}
+		}
+		for up := range byUser {
+			if byUser[up].len() > 0 {
+				b := byUser[up].take()
+				mEventBytes.Inc(ctx, int64(len(b)))
+				users(up, b)
+			}
+		}
+	}
+	table = nil
 	out := make([]batchWriter, f.Parts)
+	counted := int64(0)
 	comb.each(func(k string, n int64) {
 		if n == 0 {
 			return
 		}
+		counted += n
 		typ, item, country, region := splitComboKey(k)
 		p := summary.Partition(summary.Hash(item), f.Parts)
 		w := &out[p]
@@ -356,8 +504,130 @@ func (f *dedupeCountFn) ProcessElement(ctx context.Context, shard int, iter func
 			emit(p, b)
 		}
 	}
+	if f.Stateful {
+		mCounted.Inc(ctx, counted) // the rest is counted by judgeFn
+	} else {
+		mCounted.Inc(ctx, int64(total)-dups)
+	}
 	done(shard)
 	return nil
+}
+
+// judgeFn applies the repeat and cap rules (rules.Judge) to the events of
+// one (user, type, item) partition: per (user, type, item, rule window),
+// in canonical order (event time, event_id hash), which is the rules'
+// definition; the counted events are combined per (type, item, country,
+// region) and emitted as count batches keyed by item partition, as
+// dedupeCountFn does.
+type judgeFn struct {
+	Parts  int
+	Rules  rules.Config
+	HourMs int64
+}
+
+// userRec is one decoded user record; strings point into the batches.
+type userRec struct {
+	key                  string // rules.AppendKey(user, type, item)
+	ts                   int64  // Unix ms
+	idh                  uint64
+	typ, country, region string
+	item                 string
+}
+
+func (f *judgeFn) ProcessElement(ctx context.Context, _ int, iter func(*[]byte) bool, emit func(int, []byte)) error {
+	batches, total, err := collectBatches(iter)
+	if err != nil {
+		return err
+	}
+	recs := make([]userRec, 0, total)
+	var key []byte
+	var r batchReader
+	for _, batch := range batches {
+		r.dict = nil
+		r.reset(batch)
+		for r.next() {
+			typ, item, country, region := r.dictStr(), r.raw(), r.dictStr(), r.dictStr()
+			user, tsOff, idh := r.raw(), r.uvarint(), r.uvarint()
+			if r.err != nil {
+				return r.err
+			}
+			key = rules.AppendKey(key[:0], string(user), typ, string(item))
+			recs = append(recs, userRec{key: string(key), ts: f.HourMs + int64(tsOff), idh: idh,
+				typ: typ, item: string(item), country: country, region: region})
+		}
+		if r.err != nil {
+			return r.err
+		}
+	}
+	batches = nil
+	slices.SortFunc(recs, func(a, b userRec) int {
+		if c := strings.Compare(a.key, b.key); c != 0 {
+			return c
+		}
+		if a.ts != b.ts {
+			return cmpInt(a.ts, b.ts)
+		}
+		return cmpInt(a.idh, b.idh)
+	})
+	judge := f.Rules.Judge()
+	comb := newCombiner(len(recs) / 2)
+	var st rules.KeyState
+	var repeats, capped int64
+	for i := range recs {
+		e := &recs[i]
+		if i == 0 || e.key != recs[i-1].key || f.Rules.WindowStart(e.ts) != f.Rules.WindowStart(recs[i-1].ts) {
+			st = rules.KeyState{}
+		}
+		switch judge.Step(&st, e.ts, e.idh) {
+		case rules.OK:
+			key = comboKey(key[:0], e.typ, []byte(e.item), e.country, e.region)
+			comb.add(key, 1)
+		case rules.Repeat:
+			repeats++
+		case rules.Capped:
+			capped++
+		}
+	}
+	mRepeat.Inc(ctx, repeats)
+	mCapped.Inc(ctx, capped)
+	mCounted.Inc(ctx, int64(len(recs))-repeats-capped)
+	recs = nil
+	out := make([]batchWriter, f.Parts)
+	comb.each(func(k string, n int64) {
+		typ, item, country, region := splitComboKey(k)
+		p := summary.Partition(summary.Hash(item), f.Parts)
+		w := &out[p]
+		w.begin()
+		w.dictStr(typ)
+		w.raw(item)
+		w.dictStr(country)
+		w.dictStr(region)
+		w.uvarint(uint64(n))
+		w.end()
+		if w.len() >= batchBytes {
+			b := w.take()
+			mCountBytes.Inc(ctx, int64(len(b)))
+			emit(p, b)
+		}
+	})
+	for p := range out {
+		if out[p].len() > 0 {
+			b := out[p].take()
+			mCountBytes.Inc(ctx, int64(len(b)))
+			emit(p, b)
+		}
+	}
+	return nil
+}
+
+func cmpInt[T int64 | uint64](a, b T) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
 }
 
 // waveFn keeps the batches of the shards of one wave.
@@ -379,13 +649,19 @@ func (f *afterFn) ProcessElement(shard int, b []byte, _ func(*int) bool, emit fu
 }
 
 // canonicalRecord is the encoding duplicates are ordered by: the
-// length-prefixed (uvarint) strings event_id, type, item, country, region.
-func canonicalRecord(dst, encID []byte, typ string, item []byte, country, region string) []byte {
-	dst = appendPrefixed(dst, appendID(nil, encID))
-	dst = appendPrefixed(dst, typ)
-	dst = appendPrefixed(dst, item)
-	dst = appendPrefixed(dst, country)
-	return appendPrefixed(dst, region)
+// length-prefixed (uvarint) strings event_id, type, item, country, region,
+// and when stateful user and ts (uvarint).
+func canonicalRecord(dst []byte, e eventRec, stateful bool) []byte {
+	dst = appendPrefixed(dst, appendID(nil, e.id))
+	dst = appendPrefixed(dst, e.typ)
+	dst = appendPrefixed(dst, e.item)
+	dst = appendPrefixed(dst, e.country)
+	dst = appendPrefixed(dst, e.region)
+	if stateful {
+		dst = appendPrefixed(dst, e.user)
+		dst = binary.AppendUvarint(dst, e.tsOff)
+	}
+	return dst
 }
 
 // comboKey is the combiner's key of (type, item, country, region): the

@@ -3,8 +3,10 @@
 // The command pipelines/exact and the local runner (runners/local) run it.
 //
 // For each hour, in order: read the hour's Parquet files and its late/
-// folder, drop duplicate event_ids, count per (type, scope, item) for every
-// scope of the event, then
+// folder, drop duplicate event_ids, apply the countable-event rules
+// (Config.Rules: blocklist, bots, repeats, cap; the version is logged and
+// reported with the hour), count per (type, scope, item) for every scope
+// of the event, then
 //
 //  1. write the exact hourly table as Parquet at
 //     ARCHIVE/exact/hour=.../counts.parquet (temp + rename, or one upload:
@@ -45,6 +47,7 @@ import (
 	"github.com/topk-dev/topk/transforms/archive"
 	"github.com/topk-dev/topk/transforms/exact/store"
 	"github.com/topk-dev/topk/transforms/grade"
+	"github.com/topk-dev/topk/transforms/rules"
 )
 
 // Config is one recount run.
@@ -82,8 +85,14 @@ type Config struct {
 	// MetricsFile, when set, receives the grades as Prometheus text
 	// (node_exporter textfile collector format), rewritten after each hour.
 	MetricsFile string
-	// Logger receives grades; nil: slog.Default().
+	// Logger receives grades and each hour's rules version; nil:
+	// slog.Default().
 	Logger *slog.Logger
+
+	// Rules is the countable-event rule set applied before counting, the
+	// same definition the fast path and ingest use (transforms/rules); nil:
+	// only the event_id dedupe, as --rules=none.
+	Rules *rules.Config
 }
 
 // HourReport is what Run did for one hour.
@@ -95,6 +104,9 @@ type HourReport struct {
 	ExactUntil string           `json:"exact_until"`
 	Seconds    float64          `json:"seconds"`
 	Grades     []grade.Grade    `json:"grades,omitempty"`
+	// Rules is the version of the rule set the hour was counted with
+	// (rules.Rules.Version; "r1;none" without rules).
+	Rules string `json:"rules"`
 }
 
 // BeamRunner runs p with beamx.RunWithMetrics (Beam's --runner flag; Prism
@@ -124,6 +136,19 @@ func Run(ctx context.Context, cfg Config) ([]HourReport, error) {
 	if cfg.Runner == nil {
 		cfg.Runner = BeamRunner
 	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	// The rules are read here once, so that bad files fail the run before
+	// any job, and for their version; each worker reads them again.
+	rc := rules.None()
+	if cfg.Rules != nil {
+		rc = *cfg.Rules
+	}
+	rs, err := rules.New(rc)
+	if err != nil {
+		return nil, fmt.Errorf("exact: %w", err)
+	}
 	if cfg.ParquetOnly && cfg.ListsDir != "" {
 		return nil, fmt.Errorf("exact: grading (--lists_dir) needs the Bigtable tables")
 	}
@@ -142,7 +167,9 @@ func Run(ctx context.Context, cfg Config) ([]HourReport, error) {
 	}
 	var reps []HourReport
 	for _, h := range cfg.Hours {
+		cfg.Logger.Info("exact: recounting", "hour", schemas.HourDir(h), "rules", rs.Version())
 		rep, err := runHour(ctx, cfg, st, h.UTC())
+		rep.Rules = rs.Version()
 		if err != nil {
 			return reps, fmt.Errorf("exact: hour %s: %w", schemas.HourDir(h), err)
 		}
@@ -186,7 +213,7 @@ func runHour(ctx context.Context, cfg Config, st *store.Store, hour time.Time) (
 	if len(files) > 0 {
 		p, s := beam.NewPipelineWithRoot()
 		Build(s, HourJob{Hour: hour, Files: files, Staging: staging, Shards: cfg.Shards, Parts: cfg.Parts,
-			Readers: cfg.Readers, Waves: cfg.Waves})
+			Readers: cfg.Readers, Waves: cfg.Waves, Rules: cfg.Rules})
 		if rep.Metrics, err = cfg.Runner(ctx, p); err != nil {
 			return rep, fmt.Errorf("pipeline: %w", err)
 		}
@@ -260,5 +287,9 @@ func checkCounted(m map[string]int64, counts []schemas.ExactCount) {
 		slog.Warn("exact: the runner's counters disagree with the counts; reporting the counts", "counter_events_counted", got, "events_counted", counted)
 	}
 	m["exact_events_counted"] = counted
-	m["exact_duplicates_dropped"] = m["exact_events_read"] - m["exact_events_invalid"] - m["exact_events_outside_hour"] - counted
+	var ruled int64
+	for _, k := range []string{"exact_rules_blocked", "exact_rules_bot", "exact_rules_repeat", "exact_rules_capped"} {
+		ruled += m[k]
+	}
+	m["exact_duplicates_dropped"] = m["exact_events_read"] - m["exact_events_invalid"] - m["exact_events_outside_hour"] - ruled - counted
 }

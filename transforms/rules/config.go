@@ -73,6 +73,14 @@ func DefaultConfig() Config {
 	}
 }
 
+// None is DefaultConfig with every rule but the event_id dedupe off
+// (--rules=none).
+func None() Config {
+	c := DefaultConfig()
+	c.Off = true
+	return c
+}
+
 // Limits on the stream state's sizes, so that a typo cannot ask for
 // terabytes.
 const (
