@@ -100,7 +100,11 @@ type List struct {
 	CertifiedK   int        `json:"certified_k"`
 	Version      int64      `json:"version"`
 	Stale        bool       `json:"stale"`
-	Items        []Entry    `json:"items"`
+	// Rules is the version of the countable-event rules the counts were
+	// made with (transforms/rules Rules.Version), so that a grade compares
+	// like with like; "" when not recorded.
+	Rules string  `json:"rules,omitempty"`
+	Items []Entry `json:"items"`
 }
 
 // Entry is one ranked item of a list.
@@ -109,6 +113,9 @@ type Entry struct {
 	Item  string `json:"item"`
 	Count uint64 `json:"count"`
 	Lower uint64 `json:"lower"`
+	// Users estimates the item's distinct users in the window
+	// (transforms/users); 0 when not measured.
+	Users uint64 `json:"users,omitempty"`
 }
 
 // Key returns the list's identity.

@@ -1,6 +1,7 @@
 package schemas
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -180,5 +181,28 @@ func TestDeadLetterJSON(t *testing.T) {
 	var back DeadLetter
 	if err := json.Unmarshal(data, &back); err != nil || string(back.Payload) != string(d.Payload) || !back.At.IsZero() {
 		t.Errorf("round trip %+v, %v", back, err)
+	}
+}
+
+// Property: the rules version and the entries' distinct users survive a
+// round trip, and lists without them encode as before (no new keys).
+func TestListRulesAndUsersRoundTrip(t *testing.T) {
+	l := &List{Type: "video", Scope: "global", Window: Window1h, AsOf: time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC),
+		MaxOvercount: 1, Rules: "r1;none", Items: []Entry{{Rank: 1, Item: "v", Count: 5, Lower: 4, Users: 3}}}
+	b, err := MarshalList(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := UnmarshalList(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Rules != "r1;none" || got.Items[0].Users != 3 {
+		t.Fatalf("decoded %+v", got)
+	}
+	l.Rules, l.Items[0].Users = "", 0
+	b, _ = MarshalList(l)
+	if bytes.Contains(b, []byte(`"rules"`)) || bytes.Contains(b, []byte(`"users"`)) {
+		t.Fatalf("unset fields encoded: %s", b)
 	}
 }
