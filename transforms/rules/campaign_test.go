@@ -130,6 +130,9 @@ func arrival(r *rand.Rand, parts ...[]schemas.Event) []schemas.Event {
 // 3,000 accounts as established users posting once each are not blocked:
 // every post counts and the hashtag ranks in the top 20.
 func TestCoordinatedCampaign(t *testing.T) {
+	if testing.Short() {
+		t.Skip("900,000 events, three times")
+	}
 	r := rand.New(rand.NewPCG(12, 12))
 	bg := organic(r)
 	cfg := rules.DefaultConfig() // cap 10 per hour, repeat gap 30 s

@@ -255,7 +255,11 @@ func randomStream(r *rand.Rand, n int) []schemas.Event {
 // than the definition (only over-counts).
 func TestFilterMatchesDefinition(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
-	for trial := range 24 {
+	trials := 24
+	if testing.Short() {
+		trials = 8
+	}
+	for trial := range trials {
 		cfg := DefaultConfig()
 		cfg.Cap = []int{0, 1, 3, 10}[trial%4]
 		cfg.RepeatGap = []time.Duration{0, 30 * time.Second, 5 * time.Second}[trial%3]
