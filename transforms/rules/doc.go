@@ -53,6 +53,7 @@
 //
 //	r, err := rules.New(cfg)  // cfg from RegisterFlags, Validate'd by New
 //	f := r.NewFilter()        // in a DoFn's Setup
+//	f.Advance(elementTime)    // once per beacon: guards against future-dated events
 //	w, why := f.Check(&e)     // hot path: once per event, no allocation
 //	if why == rules.OK { count += 1; trending += w }
 //	st := f.TakeStats()       // in FinishBundle: counters by reason

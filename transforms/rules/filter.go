@@ -1,6 +1,8 @@
 package rules
 
 import (
+	"math"
+	"time"
 	"unsafe"
 
 	"github.com/cespare/xxhash/v2"
@@ -135,6 +137,11 @@ type Filter struct {
 	keys     []keyWindow
 	maxKeys  int
 
+	// maxID and maxKey are the newest dedupe bucket and rule window an
+	// event may open (evicting the oldest), from Advance; math.MaxInt64
+	// until it is called.
+	maxID, maxKey int64
+
 	buf   []byte
 	stats Stats
 }
@@ -169,6 +176,8 @@ func (r *Rules) NewFilter() *Filter {
 		windowMs: c.Window.Milliseconds(),
 		maxKeys:  c.MaxKeys,
 		buf:      make([]byte, 0, 512),
+		maxID:    math.MaxInt64,
+		maxKey:   math.MaxInt64,
 	}
 	// One bucket more than the horizon holds, so that the bucket being
 	// filled never evicts one still inside the horizon.
@@ -212,6 +221,20 @@ func tableBytes[V any](ents, arena int) int {
 	return size*8 + ents*int(unsafe.Sizeof(e)) + arena
 }
 
+// Advance tells the Filter the stream's current time (the element time of
+// the beacon being processed, say). From then on, an event dated more than
+// one dedupe bucket ahead of it is neither remembered nor allowed to evict
+// an older bucket (it counts, Stats.Unchecked/Untracked): without this a
+// client with a clock far ahead would evict event_ids still inside the
+// horizon, and so let their duplicates count again.
+//
+// hot path: cheap; call it once per beacon or bundle.
+func (f *Filter) Advance(now time.Time) {
+	ms := now.UnixMilli() + f.bucketMs
+	f.maxID = floorDiv(ms, f.bucketMs)
+	f.maxKey = floorDiv(ms, f.windowMs)
+}
+
 // Rules is the Filter's stateless rule set.
 func (f *Filter) Rules() *Rules { return f.r }
 
@@ -245,6 +268,10 @@ func (f *Filter) Check(e *schemas.Event) (weight float64, reason Reason) {
 // and remembers it.
 func (f *Filter) duplicate(id string, h uint64, ts int64) bool {
 	ep := floorDiv(ts, f.bucketMs)
+	if ep > f.maxID {
+		f.stats.Unchecked++
+		return false
+	}
 	b := &f.ids[floorMod(ep, int64(len(f.ids)))]
 	switch {
 	case b.t == nil:
@@ -267,6 +294,10 @@ func (f *Filter) duplicate(id string, h uint64, ts int64) bool {
 // step applies the repeat and cap rules with e's key state.
 func (f *Filter) step(e *schemas.Event, ts int64, idh uint64) Reason {
 	ep := floorDiv(ts, f.windowMs)
+	if ep > f.maxKey {
+		f.stats.Untracked++
+		return OK
+	}
 	w := &f.keys[floorMod(ep, int64(len(f.keys)))]
 	switch {
 	case w.t == nil:

@@ -444,3 +444,42 @@ func TestCheckAllocatesNothing(t *testing.T) {
 		t.Fatalf("%v allocations per Check", allocs)
 	}
 }
+
+// Property: once Advance is called, an event dated far ahead (a client
+// clock) neither evicts event_ids inside the horizon nor is remembered;
+// without Advance it evicts one bucket (an over-count, never a drop).
+func TestFutureEventsDoNotEvict(t *testing.T) {
+	for _, advance := range []bool{false, true} {
+		cfg := DefaultConfig()
+		cfg.Off = true
+		cfg.MaxIDs = 1 << 10
+		f := mustNew(t, cfg).NewFilter()
+		now := t0.Add(3 * time.Minute)
+		if advance {
+			f.Advance(now)
+		}
+		var past []schemas.Event
+		for i := range 6 { // one event per 30 s bucket over the last 3 minutes
+			past = append(past, ev(fmt.Sprint("p", i), "video", "v", "u", now.Add(-time.Duration(i)*30*time.Second)))
+			f.Check(&past[i])
+		}
+		for i := range 20 { // a skewed client: up to 10 minutes ahead
+			e := ev(fmt.Sprint("f", i), "video", "v", "u", now.Add(time.Duration(i+1)*30*time.Second))
+			if _, why := f.Check(&e); why != OK {
+				t.Fatalf("future event %d: %v", i, why)
+			}
+		}
+		dups := 0
+		for i := range past {
+			if _, why := f.Check(&past[i]); why == Duplicate {
+				dups++
+			}
+		}
+		if advance && dups != len(past) {
+			t.Fatalf("with Advance: %d of %d duplicates caught", dups, len(past))
+		}
+		if !advance && dups == len(past) {
+			t.Fatalf("without Advance the future events evicted nothing: the test does not test")
+		}
+	}
+}
