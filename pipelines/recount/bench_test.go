@@ -16,6 +16,7 @@ import (
 
 	"github.com/topk-dev/topk/schemas"
 	"github.com/topk-dev/topk/transforms/archive"
+	"github.com/topk-dev/topk/transforms/rules"
 )
 
 // BenchmarkBuildHour runs only the recount's Beam job (Build on the default
@@ -29,7 +30,8 @@ import (
 // without it), TOPK_RECOUNT_HOUR (default 2026-11-30T10), TOPK_RECOUNT_SHARDS
 // and TOPK_RECOUNT_PARTS (default: the command's defaults),
 // TOPK_RECOUNT_READERS and TOPK_RECOUNT_WAVES (default 0: HourJob's
-// defaults), TOPK_RECOUNT_HEAPPROF (a heap profile written near the peak of
+// defaults), TOPK_RECOUNT_RULES (all: rules.DefaultConfig; default: no
+// rules), TOPK_RECOUNT_HEAPPROF (a heap profile written near the peak of
 // RSS). It reports the job's wall time, events/s and the process's peak RSS
 // (VmHWM) at the end of the job, then checks that every part file is sorted
 // and logs the rows and the sum of the counts (compare with
@@ -53,12 +55,17 @@ func BenchmarkBuildHour(b *testing.B) {
 		stop := heapAtPeak(path)
 		defer stop()
 	}
+	var rc *rules.Config
+	if os.Getenv("TOPK_RECOUNT_RULES") == "all" {
+		c := rules.DefaultConfig()
+		rc = &c
+	}
 	for range b.N {
 		staging := b.TempDir()
 		start := time.Now()
 		p, s := beam.NewPipelineWithRoot()
 		Build(s, HourJob{Hour: hour, Files: files, Staging: staging, Shards: shards, Parts: parts,
-			Readers: envInt(b, "TOPK_RECOUNT_READERS", 0), Waves: envInt(b, "TOPK_RECOUNT_WAVES", 0)})
+			Readers: envInt(b, "TOPK_RECOUNT_READERS", 0), Waves: envInt(b, "TOPK_RECOUNT_WAVES", 0), Rules: rc})
 		m, err := BeamRunner(context.Background(), p)
 		if err != nil {
 			b.Fatal(err)
