@@ -33,7 +33,7 @@ require (
 	github.com/andybalholm/brotli v1.1.1 // indirect
 	github.com/apache/datasketches-go v0.1.0 // indirect
 	github.com/avast/retry-go/v4 v4.7.0 // indirect
-	github.com/axiomhq/hyperloglog v0.3.0 // indirect
+	github.com/axiomhq/hyperloglog v0.3.0
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cncf/xds/go v0.0.0-20260202195803-dba9d589def2 // indirect
 	github.com/containerd/errdefs v1.0.0 // indirect
@@ -62,14 +62,14 @@ require (
 	github.com/gorilla/mux v1.8.1 // indirect
 	github.com/kamstrup/intmap v0.5.2 // indirect
 	github.com/klauspost/compress v1.20.1 // indirect
-	github.com/maxmind/mmdbwriter v1.2.0 // indirect
+	github.com/maxmind/mmdbwriter v1.2.0
 	github.com/moby/docker-image-spec v1.3.1 // indirect
 	github.com/moby/moby/api v1.56.0 // indirect
 	github.com/moby/moby/client v0.6.0 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/opencontainers/go-digest v1.0.0 // indirect
 	github.com/opencontainers/image-spec v1.1.1 // indirect
-	github.com/oschwald/maxminddb-golang/v2 v2.9.1 // indirect
+	github.com/oschwald/maxminddb-golang/v2 v2.9.1
 	github.com/parquet-go/bitpack v1.0.0 // indirect
 	github.com/parquet-go/jsonlite v1.0.0 // indirect
 	github.com/parquet-go/parquet-go v0.32.0 // indirect
