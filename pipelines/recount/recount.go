@@ -273,7 +273,10 @@ func runHour(ctx context.Context, cfg Config, st *store.Store, hour time.Time) (
 
 // checkCounted sets the report's exact_events_counted from the counts
 // themselves (every event counts once in its type's global scope) and
-// exact_duplicates_dropped from read - invalid - outside - counted. On Prism
+// exact_duplicates_dropped from read - invalid - outside - dropped by the
+// rules - counted. The blocklist and bot rules apply at read, to every copy
+// of an event: their counters include the copies of the events they drop,
+// which the dedupe then never sees. On Prism
 // the dedupe stage's counters have come back short by whole shards at 20M
 // events (the counts were right): the report must not depend on them.
 func checkCounted(m map[string]int64, counts []schemas.ExactCount) {

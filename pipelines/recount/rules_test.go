@@ -171,3 +171,52 @@ func TestBuildAppliesRules(t *testing.T) {
 		t.Fatal("a recount without rules is not a plain count")
 	}
 }
+
+// Property: Run reports (and logs) the rules version each hour was counted
+// with, "r1;none" without rules, and its exact_duplicates_dropped leaves
+// out what the rules dropped; bad rule files fail the run before any job.
+func TestRunReportsRulesVersion(t *testing.T) {
+	root := t.TempDir()
+	events := ruleEvents()
+	recounttest.WriteArchive(t, root, hour0, events)
+	bots, block, _, _ := writeRuleFiles(t)
+	cfg := rules.DefaultConfig()
+	cfg.Bots, cfg.Blocklist = bots, block
+	r, err := rules.New(cfg)
+	must(t, err)
+	for _, c := range []struct {
+		rules *rules.Config
+		want  string
+	}{{nil, "r1;none"}, {&cfg, r.Version()}} {
+		reps, err := Run(context.Background(), Config{Archive: root, Hours: []time.Time{hour0}, K: 10, Shards: 2, Parts: 2,
+			ParquetOnly: true, Rules: c.rules})
+		must(t, err)
+		if len(reps) != 1 || reps[0].Rules != c.want {
+			t.Fatalf("reports %+v, want rules %q", reps, c.want)
+		}
+		m := reps[0].Metrics
+		dropped := m["exact_rules_blocked"] + m["exact_rules_bot"] + m["exact_rules_repeat"] + m["exact_rules_capped"]
+		if c.rules != nil && dropped == 0 {
+			t.Fatalf("no event dropped by the rules: %v", m)
+		}
+		// Copies of an event the blocklist or a bot rule drops are dropped
+		// (and counted) by that rule at read, before the dedupe.
+		dups := int64((len(events) + 6) / 7)
+		stateless := m["exact_rules_blocked"] + m["exact_rules_bot"]
+		if got := m["exact_duplicates_dropped"]; got > dups || got < dups-stateless || (c.rules == nil && got != dups) {
+			t.Fatalf("duplicates %d, want %d less at most the %d stateless drops (metrics %v)", got, dups, stateless, m)
+		}
+	}
+	bad := cfg
+	bad.Trust = writeBad(t)
+	if _, err := Run(context.Background(), Config{Archive: root, Hours: []time.Time{hour0}, K: 10, Shards: 2, Parts: 2,
+		ParquetOnly: true, Rules: &bad}); err == nil {
+		t.Fatal("a bad trust file did not fail the run")
+	}
+}
+
+func writeBad(t *testing.T) string {
+	p := filepath.Join(t.TempDir(), "trust")
+	must(t, os.WriteFile(p, []byte("u1,7\n"), 0o644))
+	return p
+}
