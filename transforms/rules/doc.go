@@ -75,7 +75,7 @@
 // Stats.Untracked for keys), which can only over-count, by at most that
 // many events, and a table's memory is reused when event time moves its
 // slot to a new bucket or window. So a Filter's memory is at most
-// Filter.MaxBytes whatever the events (169 MB at the defaults: 7 sets of
+// Filter.MaxBytes whatever the events (173 MiB at the defaults: 7 sets of
 // 2^18 event_ids, 2 tables of 2^17 keys; a
 // spam wave of a million junk keys or accounts fills tables, it does not
 // grow them), and Rules' memory is the files' size.

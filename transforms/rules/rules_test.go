@@ -414,7 +414,7 @@ func TestMemoryFlatUnderSpam(t *testing.T) {
 		t.Fatalf("tables %d bytes, over MaxBytes %d", b, f.MaxBytes())
 	}
 	st := f.TakeStats()
-	t.Logf("tables %d bytes (max %d); stats %+v", f.Bytes(), f.MaxBytes(), st)
+	t.Logf("heap %+d bytes over the wave; tables %d bytes (max %d); stats %+v", int64(after)-int64(before), f.Bytes(), f.MaxBytes(), st)
 	if st.Unchecked == 0 || st.Untracked == 0 {
 		t.Fatalf("the wave did not fill the tables: %+v", st)
 	}
