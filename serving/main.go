@@ -11,6 +11,9 @@
 // in memory, so the API can be tried alone; --local=false publishes to
 // Google Cloud Pub/Sub (--pubsub_project) with default credentials.
 // The admin token comes from --admin_token or TOPK_ADMIN_TOKEN.
+// --fastly_service_id (with --fastly_token or FASTLY_API_TOKEN) purges the
+// Fastly cache by surrogate key on takedowns and rollbacks; --catalogue
+// loads titles from an NDJSON file at startup.
 // --exact serves GET /v1/charts/daily from the Bigtable exact tables
 // (--bigtable_project, --bigtable_instance): the official emulator when
 // BIGTABLE_EMULATOR_HOST is set (the table is created there if missing),
@@ -33,6 +36,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/topk-dev/topk/serving/api"
+	"github.com/topk-dev/topk/serving/cdn"
 	"github.com/topk-dev/topk/transforms/exact/store"
 )
 
@@ -70,16 +74,39 @@ func main() {
 		defer st.Close()
 		cfg.Exact = st
 	}
-	if err := api.Run(ctx, cfg); err != nil {
+	if err := run(ctx, cfg, ex.catalogue); err != nil {
 		cfg.Logger.Error("serving failed", "err", err)
 		os.Exit(1)
 	}
+}
+
+// run is api.Run that first loads the catalogue file, if any.
+func run(ctx context.Context, cfg api.Config, catalogueFile string) error {
+	srv, err := api.New(cfg)
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	if catalogueFile != "" {
+		f, err := os.Open(catalogueFile)
+		if err != nil {
+			return fmt.Errorf("--catalogue: %w", err)
+		}
+		n, err := srv.Catalogue().Load(ctx, f)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("--catalogue %s: %w", catalogueFile, err)
+		}
+		cfg.Logger.Info("catalogue loaded", "file", catalogueFile, "records", n)
+	}
+	return srv.Run(ctx)
 }
 
 // exactFlags say whether and where to read the exact tables.
 type exactFlags struct {
 	on                bool
 	project, instance string
+	catalogue         string // NDJSON file loaded at startup
 }
 
 // openExact opens the exact store; on an emulator it also creates the table
@@ -110,6 +137,7 @@ func parseAllFlags(fs *flag.FlagSet, args []string) (api.Config, exactFlags, err
 	var cfg api.Config
 	var ex exactFlags
 	var types, logLevel string
+	var fastly cdn.Fastly
 	fs.StringVar(&cfg.Addr, "addr", ":8080", "listen address")
 	fs.StringVar(&cfg.RedisAddr, "redis", "", "Redis address (default REDIS_ADDR, else an embedded Redis)")
 	fs.StringVar(&cfg.PubSubProject, "pubsub_project", "topk-local", "Pub/Sub project")
@@ -124,6 +152,11 @@ func parseAllFlags(fs *flag.FlagSet, args []string) (api.Config, exactFlags, err
 	fs.BoolVar(&ex.on, "exact", false, "serve /v1/charts/daily from the Bigtable exact tables (BIGTABLE_EMULATOR_HOST selects the emulator)")
 	fs.StringVar(&ex.project, "bigtable_project", "topk-local", "Bigtable project of the exact tables")
 	fs.StringVar(&ex.instance, "bigtable_instance", "topk", "Bigtable instance of the exact tables")
+	fs.StringVar(&fastly.ServiceID, "fastly_service_id", "", "purge this Fastly service's cache by surrogate key on takedowns and rollbacks (empty: no purge)")
+	fs.StringVar(&fastly.Token, "fastly_token", os.Getenv("FASTLY_API_TOKEN"), "Fastly API token (default FASTLY_API_TOKEN)")
+	fs.StringVar(&fastly.Endpoint, "fastly_endpoint", cdn.DefaultFastlyEndpoint, "Fastly API base URL")
+	fs.BoolVar(&fastly.Soft, "fastly_soft_purge", false, "soft purge: mark stale instead of evicting")
+	fs.StringVar(&ex.catalogue, "catalogue", "", "load this NDJSON file of {type,item,title,thumbnail} into the catalogue at startup")
 	if err := fs.Parse(args); err != nil {
 		return cfg, ex, err
 	}
@@ -142,6 +175,12 @@ func parseAllFlags(fs *flag.FlagSet, args []string) (api.Config, exactFlags, err
 	cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	if cfg.StaleAfter == 0 {
 		cfg.StaleAfter = api.DefaultStaleAfter
+	}
+	if fastly.ServiceID != "" {
+		if err := fastly.Validate(); err != nil {
+			return cfg, ex, fmt.Errorf("--fastly_*: %w", err)
+		}
+		cfg.Purger = &fastly
 	}
 	return cfg, ex, cfg.Validate()
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/topk-dev/topk/schemas"
+	"github.com/topk-dev/topk/serving/cdn"
 	"github.com/topk-dev/topk/transforms/exact/store"
 )
 
@@ -52,6 +53,11 @@ type Config struct {
 	// Types are item types accepted by /v1/top before any list of theirs is
 	// published (they get 404 instead of 400 until then).
 	Types []string
+
+	// Purger, when set, is asked to purge the CDN's copies of every list of
+	// a type on a takedown, and of a list on a rollback (cdn.Fastly). Zero:
+	// no purge; edge copies age out with their max-age.
+	Purger cdn.Purger
 
 	// Exact is the Bigtable exact store that GET /v1/charts/daily reads;
 	// it is used as is and never closed by the server. Zero: the endpoint
