@@ -18,6 +18,7 @@ import (
 
 	"google.golang.org/api/option"
 
+	"github.com/topk-dev/topk/internal/svctest"
 	"github.com/topk-dev/topk/schemas"
 	"github.com/topk-dev/topk/transforms/exact/store"
 )
@@ -37,9 +38,7 @@ func exactBackends(t *testing.T, f func(t *testing.T, st *store.Store, stop func
 		f(t, openExact(t, store.EmulatorOptions(addr)...), stop)
 	})
 	t.Run("emulator", func(t *testing.T) {
-		if os.Getenv("BIGTABLE_EMULATOR_HOST") == "" {
-			t.Skip("BIGTABLE_EMULATOR_HOST is not set (CI sets it)")
-		}
+		svctest.Need(t, "bigtable", os.Getenv("BIGTABLE_EMULATOR_HOST") != "", "BIGTABLE_EMULATOR_HOST is not set (CI sets it)")
 		f(t, openExact(t), nil)
 	})
 }

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/topk-dev/topk/internal/svctest"
 	"github.com/topk-dev/topk/schemas"
 	"github.com/topk-dev/topk/serving/cdn"
 )
@@ -64,16 +63,11 @@ func reorder(l *schemas.List, v int64, order []string) *schemas.List {
 	return &out
 }
 
-func reportRedis(t *testing.T, e *testEnv) {
-	svctest.Report(t, "redis", e.mr == nil, "REDIS_ADDR is not set: miniredis")
-}
-
 // Property: change is the rank movement since the previous version in
 // Redis, computed with the current deny set on both sides, and is the same
 // after the server restarts (it comes from Redis, not from memory).
 func TestChangeSurvivesRestart(t *testing.T) {
 	e := newEnv(t, nil)
-	reportRedis(t, e)
 	k := key("video", "global", schemas.Window1h)
 	base := mkList(k, 1, 6, 1)
 	e.publish(t, reorder(base, 1, []string{"a", "b", "c", "d", "e", "f"}))
@@ -117,7 +111,6 @@ func TestChangeSurvivesRestart(t *testing.T) {
 // returned ranking is certified; any of the three missing makes it true.
 func TestApproximate(t *testing.T) {
 	e := newEnv(t, nil)
-	reportRedis(t, e)
 	exactUntil := testAsOf.Add(100 * time.Second)
 	mk := func(w schemas.Window, v int64, exact bool, until *time.Time) {
 		l := mkList(key("video", "global", w), v, 20, 3)
@@ -209,7 +202,6 @@ func TestRollbackEndpoint(t *testing.T) {
 		fastly(c)
 		c.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
 	})
-	reportRedis(t, e)
 	k := key("video", "IN", schemas.Window1h)
 	for v := int64(1); v <= 3; v++ {
 		e.publish(t, mkList(k, v, 50, uint64(v)))
@@ -269,7 +261,6 @@ func TestRollbackEndpoint(t *testing.T) {
 func TestTakedownPurgesCDN(t *testing.T) {
 	ff, fastly := withFastly(t)
 	e := newEnv(t, fastly)
-	reportRedis(t, e)
 	k := key("video", "global", schemas.Window5m)
 	e.publish(t, mkList(k, 1, 20, 1))
 	e.start(t)
@@ -291,7 +282,6 @@ func TestTakedownPurgesCDN(t *testing.T) {
 // items keep their id alone; a bad record is refused naming its line.
 func TestCatalogueHydration(t *testing.T) {
 	e := newEnv(t, nil)
-	reportRedis(t, e)
 	k := key("video", "global", schemas.Window1m)
 	e.publish(t, mkList(k, 1, 20, 1))
 	e.start(t)

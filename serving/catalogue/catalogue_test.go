@@ -20,7 +20,7 @@ import (
 func testStore(t *testing.T) *Store {
 	t.Helper()
 	addr := os.Getenv("REDIS_ADDR")
-	svctest.Report(t, "redis", addr != "")
+	svctest.Report(t, "redis", addr != "", "REDIS_ADDR is not set: miniredis")
 	if addr == "" {
 		addr = miniredis.RunT(t).Addr()
 	}

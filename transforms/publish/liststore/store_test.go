@@ -14,6 +14,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/topk-dev/topk/internal/svctest"
 	"github.com/topk-dev/topk/schemas"
 )
 
@@ -24,6 +25,7 @@ func testStore(t *testing.T, opts Options) (*Store, *miniredis.Miniredis) {
 	t.Helper()
 	var mr *miniredis.Miniredis
 	addr := os.Getenv("REDIS_ADDR")
+	svctest.Report(t, "redis", addr != "", "REDIS_ADDR is not set: miniredis")
 	if addr == "" {
 		mr = miniredis.RunT(t)
 		addr = mr.Addr()
