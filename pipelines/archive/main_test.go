@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/pubsub/v2"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/topk-dev/topk/internal/gcstest"
 	"github.com/topk-dev/topk/internal/pubsubx"
@@ -108,10 +109,12 @@ func testRunArchivesToRoot(t *testing.T, root string) {
 // TestOpsMetrics checks that the archiver's progress and retention reach
 // the metric names ops/alerts.yml uses.
 func TestOpsMetrics(t *testing.T) {
-	m := newOpsMetrics()
-	m.progress(archive.Stats{Messages: 5, Events: 40, DeadLetters: 2, Files: 3})
-	m.pruned(archive.PruneReport{Deleted: []time.Time{time.Unix(0, 0)}, Kept: 3, Oldest: time.Unix(7200, 0)}, nil)
-	fams, err := m.reg.Gather()
+	m := archive.NewMetrics()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m)
+	m.Progress(archive.Stats{Messages: 5, Events: 40, DeadLetters: 2, Files: 3})
+	m.Pruned(archive.PruneReport{Deleted: []time.Time{time.Unix(0, 0)}, Kept: 3, Oldest: time.Unix(7200, 0)}, nil)
+	fams, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
