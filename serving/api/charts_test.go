@@ -233,6 +233,9 @@ func TestChartsDailyExact(t *testing.T) {
 		if cc := resp.Header.Get("Cache-Control"); cc != "public, max-age=3600" {
 			t.Fatalf("final Cache-Control %q", cc)
 		}
+		if sk := resp.Header.Get("Surrogate-Key"); sk != "topk topk:video topk:chart:video:IN" {
+			t.Fatalf("final chart Surrogate-Key %q: a takedown's purge of topk:video must reach it", sk)
+		}
 		etag := resp.Header.Get("Etag")
 		if r304, b := e.do(t, "GET", path, map[string]string{"If-None-Match": etag}, ""); r304.StatusCode != 304 || len(b) != 0 {
 			t.Fatalf("If-None-Match %s: status %d body %q", etag, r304.StatusCode, b)

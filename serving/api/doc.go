@@ -55,8 +55,9 @@
 //	     required and 400 when malformed or in the future. Cached per
 //	     (type, scope, date), rendered per (k, removals): a final day until
 //	     evicted (Cache-Control max-age 3600), another for a minute
-//	     (max-age 60); strong ETag, 304, gzip as for /v1/top. 503 with
-//	     Retry-After when Bigtable fails.
+//	     (max-age 60); strong ETag, 304, gzip as for /v1/top;
+//	     Surrogate-Key "topk topk:{type} topk:chart:{type}:{scope}". 503
+//	     with Retry-After when Bigtable fails.
 //	     Each entry of /v1/top also has "change", its rank movement since
 //	     the previous version held in Redis (the liststore `prev` pointer),
 //	     both ranked after removals: "+2" (up two), "-1", "=" or "new";

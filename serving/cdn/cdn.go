@@ -55,6 +55,13 @@ func SurrogateKeys(k schemas.ListKey) string {
 	return KeyAll + " " + TypeKey(k.Type) + " " + ListKey(k)
 }
 
+// ChartKeys is the Surrogate-Key header value of a daily chart's
+// responses: a final chart is cached an hour at the edge, so a takedown
+// must reach it through the type's key too.
+func ChartKeys(typ, scope string) string {
+	return KeyAll + " " + TypeKey(typ) + " topk:chart:" + typ + ":" + scope
+}
+
 // DefaultFastlyEndpoint is Fastly's API.
 const DefaultFastlyEndpoint = "https://api.fastly.com"
 
