@@ -138,12 +138,20 @@ func Validate(r Record) error {
 // announces each type written on Options.Channel. Nothing is written when a
 // record is invalid. A record with both fields empty deletes the item.
 func (st *Store) Put(ctx context.Context, recs []Record) error {
+	types := map[string]bool{}
+	if err := st.put(ctx, recs, types); err != nil {
+		return err
+	}
+	return st.announce(ctx, types)
+}
+
+// put validates and writes recs, adding their types to types.
+func (st *Store) put(ctx context.Context, recs []Record, types map[string]bool) error {
 	for i, r := range recs {
 		if err := Validate(r); err != nil {
 			return fmt.Errorf("record %d: %w", i, err)
 		}
 	}
-	types := map[string]bool{}
 	for start := 0; start < len(recs); start += batch {
 		part := recs[start:min(start+batch, len(recs))]
 		_, err := st.c.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -172,9 +180,14 @@ func (st *Store) Put(ctx context.Context, recs []Record) error {
 			return fmt.Errorf("catalogue put: %w", err)
 		}
 	}
+	return nil
+}
+
+// announce publishes each type on Options.Channel.
+func (st *Store) announce(ctx context.Context, types map[string]bool) error {
 	for t := range types {
 		if err := st.c.Publish(ctx, st.opts.Channel, t).Err(); err != nil {
-			return fmt.Errorf("catalogue put: announce %s: %w", t, err)
+			return fmt.Errorf("catalogue: announce %s: %w", t, err)
 		}
 	}
 	return nil
@@ -242,16 +255,23 @@ func (st *Store) Subscribe(ctx context.Context) (<-chan string, error) {
 	return out, nil
 }
 
-// Load reads NDJSON records from r (blank lines skipped) and Puts them in
-// batches. It stops at the first bad line, naming it; the batches before it
-// are written. It returns the records written.
-func (st *Store) Load(ctx context.Context, r io.Reader) (int, error) {
+// Load reads NDJSON records from r (blank lines skipped) and writes them in
+// batches, then announces each type written once. It stops at the first bad
+// line, naming it; the batches before it are written (and announced). It
+// returns the records written.
+func (st *Store) Load(ctx context.Context, r io.Reader) (n int, err error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), maxLine)
 	var recs []Record
-	n, line := 0, 0
+	line := 0
+	types := map[string]bool{}
+	defer func() {
+		if aerr := st.announce(ctx, types); aerr != nil && err == nil {
+			err = aerr
+		}
+	}()
 	flush := func() error {
-		if err := st.Put(ctx, recs); err != nil {
+		if err := st.put(ctx, recs, types); err != nil {
 			return err
 		}
 		n += len(recs)
