@@ -11,6 +11,9 @@
 // in memory, so the API can be tried alone; --local=false publishes to
 // Google Cloud Pub/Sub (--pubsub_project) with default credentials.
 // The admin token comes from --admin_token or TOPK_ADMIN_TOKEN.
+// --fastly_service_id (with --fastly_token or FASTLY_API_TOKEN) purges the
+// Fastly cache by surrogate key on takedowns and rollbacks; --catalogue
+// loads titles from an NDJSON file at startup.
 // --exact serves GET /v1/charts/daily from the Bigtable exact tables
 // (--bigtable_project, --bigtable_instance): the official emulator when
 // BIGTABLE_EMULATOR_HOST is set (the table is created there if missing),
@@ -39,6 +42,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/topk-dev/topk/serving/api"
+	"github.com/topk-dev/topk/serving/cdn"
 	"github.com/topk-dev/topk/serving/geo"
 	"github.com/topk-dev/topk/transforms/exact/store"
 	"github.com/topk-dev/topk/transforms/rules"
@@ -97,19 +101,42 @@ func main() {
 	cfg.Rules = rs
 	go rs.Watch(ctx, func(err error) { cfg.Logger.Error("rules: reload failed; the old rules stay", "err", err) })
 	cfg.Logger.Info("rules", "version", rs.Version())
-	if err := api.Run(ctx, cfg); err != nil {
+	if err := run(ctx, cfg, ex.catalogue); err != nil {
 		cfg.Logger.Error("serving failed", "err", err)
 		os.Exit(1)
 	}
 }
 
-// exactFlags say whether and where to read the exact tables, and which
-// files ingest opens: the geo database and the rules' files.
+// run is api.Run that first loads the catalogue file, if any.
+func run(ctx context.Context, cfg api.Config, catalogueFile string) error {
+	srv, err := api.New(cfg)
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	if catalogueFile != "" {
+		f, err := os.Open(catalogueFile)
+		if err != nil {
+			return fmt.Errorf("--catalogue: %w", err)
+		}
+		n, err := srv.Catalogue().Load(ctx, f)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("--catalogue %s: %w", catalogueFile, err)
+		}
+		cfg.Logger.Info("catalogue loaded", "file", catalogueFile, "records", n)
+	}
+	return srv.Run(ctx)
+}
+
+// exactFlags say whether and where to read the exact tables, which files
+// ingest opens (the geo database and the rules' files) and the catalogue.
 type exactFlags struct {
 	on                bool
 	project, instance string
 	geoDB             string
 	rules             *rules.Config
+	catalogue         string // NDJSON file loaded at startup
 }
 
 // openExact opens the exact store; on an emulator it also creates the table
@@ -140,6 +167,7 @@ func parseAllFlags(fs *flag.FlagSet, args []string) (api.Config, exactFlags, err
 	var cfg api.Config
 	var ex exactFlags
 	var types, logLevel string
+	var fastly cdn.Fastly
 	fs.StringVar(&cfg.Addr, "addr", ":8080", "listen address")
 	fs.StringVar(&cfg.RedisAddr, "redis", "", "Redis address (default REDIS_ADDR, else an embedded Redis)")
 	fs.StringVar(&cfg.PubSubProject, "pubsub_project", "topk-local", "Pub/Sub project")
@@ -157,6 +185,11 @@ func parseAllFlags(fs *flag.FlagSet, args []string) (api.Config, exactFlags, err
 	fs.StringVar(&ex.geoDB, "geo_db", "", "MaxMind-format City database (GeoIP2/GeoLite2 City .mmdb): events get country and region from the client IP; without it they get none")
 	fs.StringVar(&cfg.ClientIPHeader, "client_ip_header", "", "header holding the client IP as set by a trusted proxy in front (e.g. X-Real-IP); default: the connection's address")
 	ex.rules = rules.RegisterFlags(fs, "")
+	fs.StringVar(&fastly.ServiceID, "fastly_service_id", "", "purge this Fastly service's cache by surrogate key on takedowns and rollbacks (empty: no purge)")
+	fs.StringVar(&fastly.Token, "fastly_token", os.Getenv("FASTLY_API_TOKEN"), "Fastly API token (default FASTLY_API_TOKEN)")
+	fs.StringVar(&fastly.Endpoint, "fastly_endpoint", cdn.DefaultFastlyEndpoint, "Fastly API base URL")
+	fs.BoolVar(&fastly.Soft, "fastly_soft_purge", false, "soft purge: mark stale instead of evicting")
+	fs.StringVar(&ex.catalogue, "catalogue", "", "load this NDJSON file of {type,item,title,thumbnail} into the catalogue at startup")
 	if err := fs.Parse(args); err != nil {
 		return cfg, ex, err
 	}
@@ -178,6 +211,12 @@ func parseAllFlags(fs *flag.FlagSet, args []string) (api.Config, exactFlags, err
 	}
 	if err := ex.rules.Validate(); err != nil {
 		return cfg, ex, err
+	}
+	if fastly.ServiceID != "" {
+		if err := fastly.Validate(); err != nil {
+			return cfg, ex, fmt.Errorf("--fastly_*: %w", err)
+		}
+		cfg.Purger = &fastly
 	}
 	return cfg, ex, cfg.Validate()
 }

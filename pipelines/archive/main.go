@@ -13,6 +13,9 @@
 // it first creates --topic and the subscription if they are missing (a new
 // subscription only receives what is published after it exists); on Google
 // Cloud (no endpoint) both must exist. Ctrl-C flushes, acknowledges and exits.
+// Event hours older than --retention (30 days) are deleted every hour
+// (transforms/archive/retention.go); --metrics_addr serves Prometheus
+// metrics (pipelines/archive/ops.go).
 package main
 
 import (
@@ -41,6 +44,8 @@ type Flags struct {
 	MaxRows      int
 	IdleStop     time.Duration
 	Endpoint     string
+	Retention    time.Duration
+	MetricsAddr  string
 }
 
 // ParseFlags parses args (without the program name).
@@ -56,6 +61,8 @@ func ParseFlags(args []string, stderr io.Writer) (Flags, error) {
 	fs.IntVar(&f.MaxRows, "max_rows", archive.DefaultMaxRows, "flush early at this many buffered rows")
 	fs.DurationVar(&f.IdleStop, "idle_stop", 0, "exit after this long without messages (0: run until Ctrl-C)")
 	fs.StringVar(&f.Endpoint, "pubsub_endpoint", pubsubx.EmulatorAddr(), "Pub/Sub emulator or fake host:port (default $"+pubsubx.EnvEmulator+"); empty: Google Cloud")
+	fs.DurationVar(&f.Retention, "retention", archive.DefaultRetention, "delete event hours this long after they end (exact tables are kept forever; negative: never delete)")
+	fs.StringVar(&f.MetricsAddr, "metrics_addr", "", "serve Prometheus metrics on this address at /metrics (e.g. :9102)")
 	if err := fs.Parse(args); err != nil {
 		return Flags{}, err
 	}
@@ -101,6 +108,11 @@ func Run(ctx context.Context, f Flags) error {
 			return err
 		}
 	}
+	stopOps, err := startOps(ctx, f, &cfg)
+	if err != nil {
+		return err
+	}
+	defer stopOps()
 	return archive.Run(ctx, client, cfg)
 }
 

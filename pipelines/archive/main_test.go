@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/pubsub/v2"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/topk-dev/topk/internal/gcstest"
 	"github.com/topk-dev/topk/internal/pubsubx"
@@ -85,8 +86,16 @@ func testRunArchivesToRoot(t *testing.T, root string) {
 		t.Fatal(err)
 	}
 	pub.Stop()
+	// An hour past the 30-day retention: the command's retention deletes it.
+	old := ts.Truncate(time.Hour).Add(-31 * 24 * time.Hour)
+	if err := archive.WriteFile(ctx, schemas.ArchiveHourPath(root, old)+"/part-x-1.parquet", func(w io.Writer) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
 	if err := Run(ctx, f); err != nil {
 		t.Fatal(err)
+	}
+	if files, _, err := archive.ListHour(root, old); err != nil || len(files) != 0 {
+		t.Fatalf("hour past retention: files %v, %v; want deleted", files, err)
 	}
 	rows, err := archive.ReadHour(root, ts.Truncate(time.Hour))
 	if err != nil {
@@ -94,5 +103,42 @@ func testRunArchivesToRoot(t *testing.T, root string) {
 	}
 	if len(rows) != 1 || rows[0].EventID != "e1" || !rows[0].TS.Equal(ts) {
 		t.Fatalf("archived rows %+v, want e1 at %v", rows, ts)
+	}
+}
+
+// TestOpsMetrics checks that the archiver's progress and retention reach
+// the metric names ops/alerts.yml uses.
+func TestOpsMetrics(t *testing.T) {
+	m := archive.NewMetrics()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m)
+	m.Progress(archive.Stats{Messages: 5, Events: 40, DeadLetters: 2, Files: 3})
+	m.Pruned(archive.PruneReport{Deleted: []time.Time{time.Unix(0, 0)}, Kept: 3, Oldest: time.Unix(7200, 0)}, nil)
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range fams {
+		for _, mt := range f.GetMetric() {
+			switch {
+			case mt.Counter != nil:
+				got[f.GetName()] = mt.Counter.GetValue()
+			case mt.Gauge != nil:
+				got[f.GetName()] = mt.Gauge.GetValue()
+			}
+		}
+	}
+	for name, want := range map[string]float64{
+		"topk_archive_messages_total": 5, "topk_archive_events_total": 40, "topk_archive_dead_letters_total": 2,
+		"topk_archive_files_total": 3, "topk_archive_retention_deleted_hours_total": 1,
+		"topk_archive_oldest_hour_timestamp_seconds": 7200,
+	} {
+		if got[name] != want {
+			t.Errorf("%s = %v, want %v", name, got[name], want)
+		}
+	}
+	if got["topk_archive_last_flush_timestamp_seconds"] <= 0 {
+		t.Errorf("last flush timestamp not set")
 	}
 }

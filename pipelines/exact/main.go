@@ -74,6 +74,7 @@ type Flags struct {
 	Readers, Waves          int
 	RequireClosed           bool
 	ListsDir, MetricsFile   string
+	RunMetricsFile          string
 	Bigtable                bool
 	CPUProfile              string
 	// Rules are the countable-event rules' flags (--rules, --bots, ...).
@@ -100,6 +101,7 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.Bigtable, "bigtable", true, "write the Bigtable exact tables; false: only the Parquet exact table (a backfill of the analysts' table, or to time the count alone)")
 	fs.StringVar(&f.MetricsFile, "metrics_file", "", "write the grades as Prometheus text here (textfile collector)")
 	f.Rules = rules.RegisterFlags(fs, "")
+	fs.StringVar(&f.RunMetricsFile, "run_metrics_file", "", "write what the run did (hours, duration, exact_until) as Prometheus text here (textfile collector)")
 }
 
 // Config turns the flags into a Config (without a store connection).
@@ -174,6 +176,11 @@ func run(ctx context.Context, f *Flags) error {
 		cfg.StoreOptions = store.EmulatorOptions(addr)
 	}
 	reps, err := recount.Run(ctx, cfg)
+	if f.RunMetricsFile != "" {
+		if merr := writeRunMetrics(f.RunMetricsFile, len(cfg.Hours), reps, err, time.Now()); merr != nil && err == nil {
+			err = merr
+		}
+	}
 	enc := json.NewEncoder(os.Stdout)
 	for _, r := range reps {
 		if e := enc.Encode(r); e != nil {

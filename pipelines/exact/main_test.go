@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,6 +41,35 @@ func TestFlagsAndClosed(t *testing.T) {
 		RequireClosed: true, Store: recounttest.NewStore(t)})
 	if err == nil {
 		t.Error("an open hour was recounted")
+	}
+}
+
+// Property: the errors name the cause once: a missing archive says so
+// (not that the hour is open), an hour with files but no marker says it is
+// not closed, and neither doubles "hour hour=".
+func TestMissingArchiveMessages(t *testing.T) {
+	run := func(root string) error {
+		_, err := recount.Run(context.Background(), recount.Config{Archive: root, Hours: []time.Time{hour0}, K: 1, Shards: 1, Parts: 1,
+			RequireClosed: true, Store: recounttest.NewStore(t)})
+		return err
+	}
+	err := run("/nonexistent/archive")
+	if !errors.Is(err, recount.ErrNoArchive) || !strings.Contains(err.Error(), "--archive=/nonexistent/archive: the archive is missing") {
+		t.Fatalf("missing root: %v", err)
+	}
+	root := t.TempDir()
+	err = run(root)
+	if !errors.Is(err, recount.ErrNoArchive) || !strings.Contains(err.Error(), "nothing archived for this hour") {
+		t.Fatalf("missing hour: %v", err)
+	}
+	recounttest.WriteArchive(t, root, hour0, recounttest.GenEvents(1, hour0, 10))
+	must(t, os.Remove(schemas.ArchiveHourPath(root, hour0)+"/"+schemas.ArchiveClosed))
+	err = run(root)
+	if err == nil || !strings.Contains(err.Error(), "exact: hour=2026") || !strings.Contains(err.Error(), "not closed") {
+		t.Fatalf("open hour: %v", err)
+	}
+	if strings.Contains(err.Error(), "hour hour=") {
+		t.Fatalf("doubled hour: %v", err)
 	}
 }
 

@@ -32,6 +32,7 @@ package recount
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -115,6 +116,9 @@ func BeamRunner(ctx context.Context, p *beam.Pipeline) (map[string]int64, error)
 	return beamrun.Counters(ctx, p, "topk")
 }
 
+// ErrNoArchive: the archive root, or the hour's folder in it, is missing.
+var ErrNoArchive = errors.New("the archive is missing")
+
 // DefaultShards and DefaultParts are the command's default event_id shards
 // and item partitions.
 const DefaultShards, DefaultParts = 16, 16
@@ -123,6 +127,11 @@ const DefaultShards, DefaultParts = 16, 16
 func Run(ctx context.Context, cfg Config) ([]HourReport, error) {
 	if err := archive.CheckRoot(cfg.Archive); err != nil {
 		return nil, fmt.Errorf("exact: --archive: %w", err)
+	}
+	if !archive.IsGCS(cfg.Archive) {
+		if fi, err := os.Stat(cfg.Archive); err != nil || !fi.IsDir() {
+			return nil, fmt.Errorf("exact: --archive=%s: %w (no such folder: run the archiver, or point --archive at the folder it writes)", cfg.Archive, ErrNoArchive)
+		}
 	}
 	if archive.IsGCS(cfg.Staging) || strings.Contains(cfg.Staging, "://") {
 		return nil, fmt.Errorf("exact: --staging must be a local folder (got %q)", cfg.Staging)
@@ -171,7 +180,7 @@ func Run(ctx context.Context, cfg Config) ([]HourReport, error) {
 		rep, err := runHour(ctx, cfg, st, h.UTC())
 		rep.Rules = rs.Version()
 		if err != nil {
-			return reps, fmt.Errorf("exact: hour %s: %w", schemas.HourDir(h), err)
+			return reps, fmt.Errorf("exact: %s: %w", schemas.HourDir(h), err)
 		}
 		reps = append(reps, rep)
 	}
@@ -187,6 +196,9 @@ func runHour(ctx context.Context, cfg Config, st *store.Store, hour time.Time) (
 	files, closed, err := archive.ListHourContext(ctx, cfg.Archive, hour)
 	if err != nil {
 		return rep, err
+	}
+	if cfg.RequireClosed && !closed && len(files) == 0 {
+		return rep, fmt.Errorf("%w: nothing archived for this hour under %s", ErrNoArchive, schemas.ArchiveHourPath(cfg.Archive, hour))
 	}
 	if cfg.RequireClosed && !closed {
 		return rep, fmt.Errorf("hour is not closed (no %s marker)", schemas.ArchiveClosed)

@@ -77,6 +77,7 @@ func (s *Server) handleRemovals(w http.ResponseWriter, r *http.Request) error {
 			return fmt.Errorf("%w: storing the removal failed: %v", errUnavailable, err)
 		}
 		s.applyRemoval(rem, true)
+		s.purgeTakedown(r.Context(), rem.Type)
 		s.log.Info("item removed", "type", rem.Type, "item", rem.Item, "reason", rem.Reason)
 		writeJSON(w, http.StatusCreated, map[string]any{"removal": rem})
 	case http.MethodDelete:

@@ -35,7 +35,7 @@ func expectedAfterRemovals(t *testing.T, l *schemas.List, removed map[string]boo
 	if err != nil {
 		t.Fatal(err)
 	}
-	return b
+	return withApproximate(b, true)
 }
 
 // Property: a takedown removes the item from every window and every k in the

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/topk-dev/topk/schemas"
+	"github.com/topk-dev/topk/serving/cdn"
 )
 
 // GET /v1/charts/daily: the exact chart of one UTC day, summed from the
@@ -198,6 +199,7 @@ func (s *Server) handleCharts(w http.ResponseWriter, r *http.Request) error {
 	if final {
 		cc = ccChartFinal
 	}
+	w.Header().Set("Surrogate-Key", cdn.ChartKeys(q.day.typ, q.day.scope))
 	serveRendered(w, r, rd, cc)
 	return nil
 }

@@ -18,6 +18,7 @@ import (
 
 	"google.golang.org/api/option"
 
+	"github.com/topk-dev/topk/internal/svctest"
 	"github.com/topk-dev/topk/schemas"
 	"github.com/topk-dev/topk/transforms/exact/store"
 )
@@ -37,9 +38,7 @@ func exactBackends(t *testing.T, f func(t *testing.T, st *store.Store, stop func
 		f(t, openExact(t, store.EmulatorOptions(addr)...), stop)
 	})
 	t.Run("emulator", func(t *testing.T) {
-		if os.Getenv("BIGTABLE_EMULATOR_HOST") == "" {
-			t.Skip("BIGTABLE_EMULATOR_HOST is not set (CI sets it)")
-		}
+		svctest.Need(t, "bigtable", os.Getenv("BIGTABLE_EMULATOR_HOST") != "", "BIGTABLE_EMULATOR_HOST is not set (CI sets it)")
 		f(t, openExact(t), nil)
 	})
 }
@@ -233,6 +232,9 @@ func TestChartsDailyExact(t *testing.T) {
 		checkChart(t, c, want, 1000)
 		if cc := resp.Header.Get("Cache-Control"); cc != "public, max-age=3600" {
 			t.Fatalf("final Cache-Control %q", cc)
+		}
+		if sk := resp.Header.Get("Surrogate-Key"); sk != "topk topk:video topk:chart:video:IN" {
+			t.Fatalf("final chart Surrogate-Key %q: a takedown's purge of topk:video must reach it", sk)
 		}
 		etag := resp.Header.Get("Etag")
 		if r304, b := e.do(t, "GET", path, map[string]string{"If-None-Match": etag}, ""); r304.StatusCode != 304 || len(b) != 0 {

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/topk-dev/topk/schemas"
+	"github.com/topk-dev/topk/serving/cdn"
 	"github.com/topk-dev/topk/serving/geo"
 	"github.com/topk-dev/topk/transforms/exact/store"
 	"github.com/topk-dev/topk/transforms/rules"
@@ -71,6 +72,10 @@ type Config struct {
 	// are applied by the counting paths, so the view log keeps the facts
 	// and a recount with new rules can change its mind.
 	Rules *rules.Rules
+	// Purger, when set, is asked to purge the CDN's copies of every list of
+	// a type on a takedown, and of a list on a rollback (cdn.Fastly). Zero:
+	// no purge; edge copies age out with their max-age.
+	Purger cdn.Purger
 
 	// Exact is the Bigtable exact store that GET /v1/charts/daily reads;
 	// it is used as is and never closed by the server. Zero: the endpoint

@@ -55,8 +55,33 @@
 //	     required and 400 when malformed or in the future. Cached per
 //	     (type, scope, date), rendered per (k, removals): a final day until
 //	     evicted (Cache-Control max-age 3600), another for a minute
-//	     (max-age 60); strong ETag, 304, gzip as for /v1/top. 503 with
-//	     Retry-After when Bigtable fails.
+//	     (max-age 60); strong ETag, 304, gzip as for /v1/top;
+//	     Surrogate-Key "topk topk:{type} topk:chart:{type}:{scope}". 503
+//	     with Retry-After when Bigtable fails.
+//	     Each entry of /v1/top also has "change", its rank movement since
+//	     the previous version held in Redis (the liststore `prev` pointer),
+//	     both ranked after removals: "+2" (up two), "-1", "=" or "new";
+//	     absent when no previous version is held. Because it comes from
+//	     Redis, a restarted server shows the same changes. "title" and
+//	     "thumbnail" come from the catalogue (package catalogue), read when
+//	     a version is installed and again when the catalogue changes;
+//	     absent for items it does not know. "approximate" (per list) is
+//	     false only when every returned count is exact (count = lower), the
+//	     window is recounted up to as_of (exact_until >= as_of) and the
+//	     returned ranking is certified. Responses carry Surrogate-Key
+//	     "topk topk:{type} topk:{type}:{scope}:{window}" (package cdn).
+//	GET|POST /v1/admin/rollback   (admin token) GET ?type=&scope=&window=
+//	     lists the versions held in Redis and the current one; POST
+//	     {"type","scope","window","version","reason"} moves the pointer back
+//	     to that held, earlier version (409 when not earlier, 404 when not
+//	     held), logs an "audit: list rolled back" record at Warn, serves it
+//	     here at once (replicas within a poll) and purges the list's key
+//	     from the CDN (Config.Purger). The pipeline's next publish moves the
+//	     pointer forward again.
+//	POST /v1/admin/catalogue   (admin token) NDJSON records
+//	     {"type","item","title","thumbnail"} (Content-Type
+//	     application/x-ndjson, at most 32 MiB) into the catalogue; 400
+//	     names the first bad line.
 //	POST /v1/events   a JSON beacon {"beacon_id":..,"events":[..]}
 //	     (Content-Type application/json). Events are validated with
 //	     schemas.DefaultValidator; the accepted ones are published to the
@@ -79,6 +104,8 @@
 //	     wrong token or when no token is configured). POST {"type","item",
 //	     "reason"} removes an item from every list of its type at once; DELETE
 //	     (?type=&item= or the same JSON body) restores it.
+//	     A removal also purges the CDN's copies of every response of its
+//	     type (Surrogate-Key topk:{type}) when Config.Purger is set.
 //	GET  /healthz (alive), /readyz (lists loaded, not shutting down),
 //	     /metrics (Prometheus), / (the trending page).
 //

@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/topk-dev/topk/internal/pubsubx"
+	"github.com/topk-dev/topk/internal/svctest"
 	"github.com/topk-dev/topk/schemas"
 	"github.com/topk-dev/topk/transforms/publish/liststore"
 )
@@ -42,6 +43,7 @@ func testRedis(t testing.TB) (*redis.Client, *miniredis.Miniredis, string) {
 	t.Helper()
 	var mr *miniredis.Miniredis
 	addr := os.Getenv("REDIS_ADDR")
+	svctest.Report(t, "redis", addr != "", "REDIS_ADDR is not set: miniredis")
 	if addr == "" {
 		mr = miniredis.RunT(t)
 		addr = mr.Addr()

@@ -168,12 +168,14 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("/v1/lists", s.handle("lists", s.handleLists))
 	mux.Handle("/v1/events", s.handle("events", s.handleEvents))
 	mux.Handle("/v1/admin/removals", s.handle("removals", s.handleRemovals))
+	mux.Handle("/v1/admin/rollback", s.handle("rollback", s.handleRollback))
+	mux.Handle("/v1/admin/catalogue", s.handle("catalogue", s.handleCatalogue))
 	mux.Handle("/healthz", s.handle("healthz", s.handleHealthz))
 	mux.Handle("/readyz", s.handle("readyz", s.handleReadyz))
 	mux.Handle("/metrics", s.handle("metrics", s.metricsHandler()))
 	mux.Handle("/{$}", s.handle("page", s.handlePage))
 	mux.Handle("/", s.handle("other", func(w http.ResponseWriter, r *http.Request) error {
-		return errorf(http.StatusNotFound, "no such path %s; see / for the page and /v1/top, /v1/lists, /v1/events, /v1/admin/removals, /healthz, /readyz, /metrics", quoteTrunc(r.URL.Path))
+		return errorf(http.StatusNotFound, "no such path %s; see / for the page and /v1/top, /v1/lists, /v1/events, /v1/admin/removals, /v1/admin/rollback, /v1/admin/catalogue, /healthz, /readyz, /metrics", quoteTrunc(r.URL.Path))
 	}))
 	return mux
 }

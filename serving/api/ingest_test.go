@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/topk-dev/topk/internal/pubsubx"
+	"github.com/topk-dev/topk/internal/svctest"
 	"github.com/topk-dev/topk/schemas"
 )
 
@@ -182,9 +183,7 @@ func TestIngestAcksOnlyAfterPublish(t *testing.T) {
 // twice, read back through a subscription.
 func TestIngestOfficialEmulator(t *testing.T) {
 	addr := os.Getenv(pubsubx.EnvEmulator)
-	if addr == "" {
-		t.Skip("PUBSUB_EMULATOR_HOST is not set: the official emulator variant of the ingest test did not run (the pstest variants did)")
-	}
+	svctest.Need(t, "pubsub", addr != "", "PUBSUB_EMULATOR_HOST is not set: the official emulator variant of the ingest test did not run (the pstest variants did)")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	topic := fmt.Sprintf("views-test-%d", time.Now().UnixNano())

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/topk-dev/topk/schemas"
+	"github.com/topk-dev/topk/serving/catalogue"
+	"github.com/topk-dev/topk/serving/cdn"
 	"github.com/topk-dev/topk/transforms/publish/liststore"
 )
 
@@ -31,12 +33,20 @@ type catalog struct {
 type listSlot struct {
 	key schemas.ListKey
 	cur atomic.Pointer[listVersion]
+	// surrogate is the Surrogate-Key header of the list's responses.
+	surrogate []string
 }
 
 // listVersion is one version of a list as held in memory, with its rendered
 // responses.
 type listVersion struct {
-	list   *schemas.List
+	list *schemas.List
+	// prev is the version that was current before it in Redis (the
+	// liststore `prev` pointer), which `change` is derived from; nil when
+	// none is held.
+	prev *schemas.List
+	// info holds the catalogue entries of the list's items (nil: none).
+	info   map[string]catalogue.Entry
 	seenAt time.Time // when this server first saw this version
 	// renders caches the response per [stale][k]; an entry is valid for the
 	// removals generation it was rendered for.
@@ -123,7 +133,7 @@ func (v *listVersion) response(k int, stale bool, rs *removalSet, budget int64, 
 	if r := p.Load(); r != nil && r.gen == rs.gen {
 		return r
 	}
-	r := renderList(v.list, k, stale, rs)
+	r := renderList(v, k, stale, rs)
 	if v.cached.Add(int64(len(r.body))) <= budget {
 		p.Store(r)
 		m.renders.WithLabelValues("cached").Inc()
@@ -134,17 +144,38 @@ func (v *listVersion) response(k int, stale bool, rs *removalSet, budget int64, 
 	return r
 }
 
-// renderList builds the response for the first k entries of l that are not
-// removed (see the package doc for certified_k, complete and stale).
-func renderList(l *schemas.List, k int, stale bool, rs *removalSet) *rendered {
+// topEntry is one entry of a /v1/top response: the list's entry, its rank
+// change since the previous version, and its catalogue entry.
+type topEntry struct {
+	schemas.Entry
+	Change    string `json:"change,omitempty"`
+	Title     string `json:"title,omitempty"`
+	Thumbnail string `json:"thumbnail,omitempty"`
+}
+
+// topResponse is a /v1/top response: the list (its items replaced) and
+// whether its counts are approximate.
+type topResponse struct {
+	schemas.List
+	Approximate bool       `json:"approximate"`
+	Items       []topEntry `json:"items"`
+}
+
+// renderList builds the response for the first k entries of v's list that
+// are not removed (see the package doc for certified_k, complete, stale,
+// change and approximate).
+func renderList(v *listVersion, k int, stale bool, rs *removalSet) *rendered {
+	l := v.list
 	deny := rs.byType[l.Type]
-	items := make([]schemas.Entry, 0, min(k, len(l.Items)))
+	prevRank := prevRanks(v.prev, deny)
+	items := make([]topEntry, 0, min(k, len(l.Items)))
 	certKept := 0 // kept entries among the list's first CertifiedK
+	exact := l.ExactUntil != nil && !l.ExactUntil.Before(l.AsOf)
 	for i := range l.Items {
 		if len(items) == k {
 			break
 		}
-		e := l.Items[i]
+		e := topEntry{Entry: l.Items[i]}
 		if deny[e.Item] {
 			continue
 		}
@@ -152,13 +183,19 @@ func renderList(l *schemas.List, k int, stale bool, rs *removalSet) *rendered {
 			certKept++
 		}
 		e.Rank = len(items) + 1
+		e.Change = change(prevRank, e.Item, e.Rank)
+		if e.Count != e.Lower {
+			exact = false
+		}
+		e.Title, e.Thumbnail = v.info[e.Item].Title, v.info[e.Item].Thumbnail
 		items = append(items, e)
 	}
-	out := *l
-	out.Items = items
+	out := topResponse{List: *l, Items: items}
+	out.List.Items = nil
 	out.CertifiedK = min(k, certKept)
 	out.Complete = l.Complete && out.CertifiedK == len(items)
 	out.Stale = l.Stale || stale
+	out.Approximate = !exact || out.CertifiedK != len(items)
 	body, err := json.Marshal(&out)
 	if err != nil {
 		// A List always marshals; reaching here is a programmer error.
@@ -167,16 +204,51 @@ func renderList(l *schemas.List, k int, stale bool, rs *removalSet) *rendered {
 	h := fnv.New64a()
 	h.Write(body)
 	sum := hex.EncodeToString(h.Sum(nil))
-	v := itoa(l.Version)
-	etag := `"` + v + "-" + sum + `"`
+	ver := itoa(l.Version)
+	etag := `"` + ver + "-" + sum + `"`
 	return &rendered{
 		gen:       rs.gen,
 		body:      body,
 		etag:      etag,
 		etagHdr:   []string{etag},
-		gzEtagHdr: []string{`"` + v + "-" + sum + `-gz"`},
+		gzEtagHdr: []string{`"` + ver + "-" + sum + `-gz"`},
 		lenHdr:    []string{strconv.Itoa(len(body))},
 	}
+}
+
+// prevRanks numbers the previous version's items that are not removed, 1
+// first, as the previous response showed them; nil without a previous
+// version.
+func prevRanks(prev *schemas.List, deny map[string]bool) map[string]int {
+	if prev == nil {
+		return nil
+	}
+	out := make(map[string]int, len(prev.Items))
+	for i := range prev.Items {
+		if it := prev.Items[i].Item; !deny[it] {
+			out[it] = len(out) + 1
+		}
+	}
+	return out
+}
+
+// change is an entry's rank movement since the previous version: "+2" (up
+// two places), "-1", "=" or "new" (not in the previous version); "" when no
+// previous version is held.
+func change(prevRank map[string]int, item string, rank int) string {
+	if prevRank == nil {
+		return ""
+	}
+	p, ok := prevRank[item]
+	switch {
+	case !ok:
+		return "new"
+	case p == rank:
+		return "="
+	case p > rank:
+		return "+" + strconv.Itoa(p-rank)
+	}
+	return "-" + strconv.Itoa(rank-p)
 }
 
 // gzipped returns the gzip form of the body and its Content-Length header,
@@ -207,7 +279,7 @@ type state struct {
 
 // refresher keeps the state in step with Redis: pub/sub first, polling as a
 // fallback.
-func (s *Server) refresher(ctx context.Context, moves <-chan schemas.ListKey, rems <-chan liststore.RemovalEvent) {
+func (s *Server) refresher(ctx context.Context, moves <-chan schemas.ListKey, rems <-chan liststore.RemovalEvent, titles <-chan string) {
 	poll := time.NewTicker(s.cfg.PollInterval)
 	defer poll.Stop()
 	lastScan := s.cfg.Now()
@@ -227,6 +299,12 @@ func (s *Server) refresher(ctx context.Context, moves <-chan schemas.ListKey, re
 				continue
 			}
 			s.reloadRemovals(ctx)
+		case typ, ok := <-titles:
+			if !ok {
+				titles = nil
+				continue
+			}
+			s.rehydrate(ctx, typ)
 		case <-poll.C:
 			scan := s.cfg.Now().Sub(lastScan) >= s.cfg.ScanInterval
 			if scan {
@@ -278,7 +356,8 @@ func (s *Server) refreshMoved(ctx context.Context, keys []schemas.ListKey) error
 				held = v.list.Version
 			}
 		}
-		if ptrs[i] > held {
+		// != rather than >: a rollback moves a pointer back.
+		if ptrs[i] != 0 && ptrs[i] != held {
 			if _, err := s.refreshList(ctx, k); err != nil {
 				return err
 			}
@@ -287,10 +366,19 @@ func (s *Server) refreshMoved(ctx context.Context, keys []schemas.ListKey) error
 	return s.reloadRemovals(ctx)
 }
 
-// refreshList installs the current version of k if it is newer than the one
-// held. It reports whether the version changed.
+// refreshList installs the current version of k, with its previous version
+// and its items' catalogue entries, if it differs from the one held (newer,
+// or older after a rollback). It reports whether the version changed.
 func (s *Server) refreshList(ctx context.Context, k schemas.ListKey) (bool, error) {
-	raw, version, err := s.store.Current(ctx, k)
+	var held *listVersion
+	if slot := s.state.cat.Load().lists[k]; slot != nil {
+		held = slot.cur.Load()
+	}
+	var skip int64
+	if held != nil {
+		skip = held.list.Version
+	}
+	snap, err := s.store.CurrentWithPrevious(ctx, k, skip)
 	if errors.Is(err, liststore.ErrNotFound) {
 		return false, nil
 	}
@@ -299,44 +387,57 @@ func (s *Server) refreshList(ctx context.Context, k schemas.ListKey) (bool, erro
 		return false, err
 	}
 	s.redisWorked()
-	cat := s.state.cat.Load()
-	slot := cat.lists[k]
-	if slot != nil {
-		if v := slot.cur.Load(); v != nil && v.list.Version >= version {
-			return false, nil
-		}
+	if held != nil && held.list.Version == snap.Version {
+		return false, nil
 	}
-	l, err := schemas.UnmarshalList(raw)
-	if err == nil && (l.Key() != k || l.Version != version) {
-		err = errors.New("blob names " + l.Key().String() + " v" + itoa(l.Version))
-	}
+	l, err := decodeBlob(snap.Raw, k, snap.Version)
 	if err != nil {
 		s.metrics.badBlobs.Inc()
-		s.log.Error("bad list blob, keeping the last good version", "list", k.String(), "version", version, "err", err)
+		s.log.Error("bad list blob, keeping the last good version", "list", k.String(), "version", snap.Version, "err", err)
 		return false, nil
 	}
 	nv := &listVersion{list: l, seenAt: s.cfg.Now()}
+	switch {
+	case snap.PrevRaw != nil:
+		if nv.prev, err = decodeBlob(snap.PrevRaw, k, snap.PrevVersion); err != nil {
+			s.metrics.badBlobs.Inc()
+			s.log.Warn("bad previous list blob: serving without change", "list", k.String(), "version", snap.PrevVersion, "err", err)
+		}
+	case snap.PrevVersion != 0 && held != nil && held.list.Version == snap.PrevVersion:
+		nv.prev = held.list
+	}
+	nv.info = s.lookupTitles(ctx, l)
+	version := snap.Version
 	s.state.mu.Lock()
 	defer s.state.mu.Unlock()
-	cat = s.state.cat.Load()
-	slot = cat.lists[k]
+	cat := s.state.cat.Load()
+	slot := cat.lists[k]
 	if slot == nil {
 		slots := make(map[schemas.ListKey]*listSlot, len(cat.lists)+1)
 		for kk, ss := range cat.lists {
 			slots[kk] = ss
 		}
-		slot = &listSlot{key: k}
+		slot = &listSlot{key: k, surrogate: []string{cdn.SurrogateKeys(k)}}
 		slots[k] = slot
 		slot.cur.Store(nv)
 		s.state.cat.Store(newCatalog(slots, s.cfg.Types))
 		s.log.Info("list appeared", "list", k.String(), "version", version)
 		return true, nil
 	}
-	if v := slot.cur.Load(); v != nil && v.list.Version >= version {
+	if v := slot.cur.Load(); v != nil && v.list.Version == version {
 		return false, nil
 	}
 	slot.cur.Store(nv)
 	return true, nil
+}
+
+// decodeBlob decodes a list blob and checks that it is version n of k.
+func decodeBlob(raw []byte, k schemas.ListKey, n int64) (*schemas.List, error) {
+	l, err := schemas.UnmarshalList(raw)
+	if err == nil && (l.Key() != k || l.Version != n) {
+		err = errors.New("blob names " + l.Key().String() + " v" + itoa(l.Version))
+	}
+	return l, err
 }
 
 // reloadRemovals replaces the deny set with Redis' when it differs.

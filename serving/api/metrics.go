@@ -25,6 +25,8 @@ type metrics struct {
 	beacons      *prometheus.CounterVec
 	publishTime  prometheus.Histogram
 	geo          *geoMetrics
+	rollbacks    prometheus.Counter
+	purges       *prometheus.CounterVec
 }
 
 func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
@@ -65,6 +67,13 @@ func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
 		}),
 	}
 	m.geo = newGeoMetrics(reg)
+	m.rollbacks = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "topk_serving_rollbacks_total", Help: "Lists rolled back to an earlier version through /v1/admin/rollback.",
+	})
+	m.purges = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "topk_serving_cdn_purges_total", Help: "CDN purge requests, by reason (takedown, rollback) and result (ok, failed).",
+	}, []string{"why", "result"})
+	reg.MustRegister(m.rollbacks, m.purges)
 	reg.MustRegister(m.requests, m.latency, m.redisErrors, m.renders, m.badBlobs, m.removals, m.ingestEvents, m.beacons, m.publishTime, listCollector{s})
 	return m
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/topk-dev/topk/internal/svctest"
 	"github.com/topk-dev/topk/schemas"
 	"github.com/topk-dev/topk/transforms/publish/liststore"
 )
@@ -88,8 +89,9 @@ func startRedisServer(t *testing.T, port int) *redisServer {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
-		t.Skip("redis-server binary not found (apt-get install redis-server): cannot run the Redis-stopped test")
+		svctest.Need(t, "redis-server", false, "redis-server binary not found (apt-get install redis-server): cannot run the Redis-stopped test")
 	}
+	svctest.Need(t, "redis-server", true, "")
 	if port == 0 {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/topk-dev/topk/internal/pubsubx"
 	"github.com/topk-dev/topk/internal/redisx"
+	"github.com/topk-dev/topk/serving/catalogue"
 	"github.com/topk-dev/topk/transforms/publish/liststore"
 )
 
@@ -28,6 +29,7 @@ type Server struct {
 	rconn   *redisx.Conn // owned; nil when Config.Redis was given
 	rc      redis.UniversalClient
 	store   *liststore.Store
+	titles  *catalogue.Store
 	ps      *pubsub.Client
 	ownPS   bool
 	fake    *pubsubx.Embedded // owned embedded Pub/Sub, or nil
@@ -89,6 +91,7 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	s.store = liststore.New(s.rc, liststore.Options{Prefix: cfg.KeyPrefix, Now: cfg.Now})
+	s.titles = catalogue.New(s.rc, catalogue.Options{Prefix: cfg.KeyPrefix})
 
 	if err := s.connectPubSub(ctx); err != nil {
 		return nil, err
@@ -105,6 +108,11 @@ func New(cfg Config) (*Server, error) {
 		bgCancel()
 		return nil, fmt.Errorf("serving: %w", err)
 	}
+	titles, err := s.titles.Subscribe(bg)
+	if err != nil {
+		bgCancel()
+		return nil, fmt.Errorf("serving: %w", err)
+	}
 	if err := s.load(ctx); err != nil {
 		bgCancel()
 		return nil, fmt.Errorf("serving: initial load: %w", err)
@@ -112,7 +120,7 @@ func New(cfg Config) (*Server, error) {
 	s.bgCancel, s.bgDone = bgCancel, make(chan struct{})
 	go func() {
 		defer close(s.bgDone)
-		s.refresher(bg, moves, rems)
+		s.refresher(bg, moves, rems, titles)
 	}()
 	s.handler = s.withCharts(s.routes())
 	s.ready.Store(true)
@@ -173,6 +181,10 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // Store is the list store the server reads (tests and runners publish
 // through it).
 func (s *Server) Store() *liststore.Store { return s.store }
+
+// Catalogue is the catalogue of titles the server hydrates entries from
+// (the local run fills it with catalogue.FillSynthetic).
+func (s *Server) Catalogue() *catalogue.Store { return s.titles }
 
 // Run listens on Config.Addr and serves until ctx is done, then shuts down
 // gracefully. It does not Close the server.

@@ -176,6 +176,7 @@ func (s *Server) handleTop(w http.ResponseWriter, r *http.Request) error {
 	if q.key.Window == schemas.Window24h || q.key.Window == schemas.WindowAll {
 		cc = ccLong
 	}
+	w.Header()["Surrogate-Key"] = slot.surrogate
 	serveRendered(w, r, rd, cc)
 	return nil
 }

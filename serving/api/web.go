@@ -14,7 +14,7 @@ var page []byte
 
 var (
 	htmlContentType = []string{"text/html; charset=utf-8"}
-	pageCSP         = []string{"default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"}
+	pageCSP         = []string{"default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src https: http: data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"}
 	pageCache       = []string{"public, max-age=60"}
 	pageLen         = []string{strconv.Itoa(len(page))}
 )

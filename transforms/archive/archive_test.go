@@ -21,6 +21,7 @@ import (
 
 	"github.com/topk-dev/topk/internal/gcstest"
 	"github.com/topk-dev/topk/internal/pubsubx"
+	"github.com/topk-dev/topk/internal/svctest"
 	"github.com/topk-dev/topk/schemas"
 )
 
@@ -55,9 +56,7 @@ func forEachBackend(t *testing.T, fn func(t *testing.T, addr string)) {
 	})
 	t.Run("emulator", func(t *testing.T) {
 		addr := pubsubx.EmulatorAddr()
-		if addr == "" {
-			t.Skip(pubsubx.EnvEmulator + " is not set (CI sets it)")
-		}
+		svctest.Need(t, "pubsub", addr != "", pubsubx.EnvEmulator+" is not set (CI sets it)")
 		t.Parallel()
 		fn(t, addr)
 	})

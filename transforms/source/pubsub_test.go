@@ -17,6 +17,7 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/passert"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/ptest"
 	"github.com/topk-dev/topk/internal/pubsubx"
+	"github.com/topk-dev/topk/internal/svctest"
 	"github.com/topk-dev/topk/schemas"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
@@ -235,9 +236,7 @@ func TestPubsubSourceFailedBundle(t *testing.T) {
 // deadline: an unacked message would then be delivered to the second run.
 func TestPubsubSourceEmulator(t *testing.T) {
 	addr := pubsubx.EmulatorAddr()
-	if addr == "" {
-		t.Skip(pubsubx.EnvEmulator + " is not set (scripts/emulators.sh start)")
-	}
+	svctest.Need(t, "pubsub", addr != "", pubsubx.EnvEmulator+" is not set (scripts/emulators.sh start)")
 	testPubsubSource(t, addr, func(t *testing.T, _ *pubsub.Client, _ string) {
 		time.Sleep(11 * time.Second)
 	})

@@ -16,6 +16,7 @@ import (
 	"cloud.google.com/go/bigtable"
 	"google.golang.org/api/option"
 
+	"github.com/topk-dev/topk/internal/svctest"
 	"github.com/topk-dev/topk/schemas"
 )
 
@@ -34,9 +35,7 @@ func backends(t *testing.T, f func(t *testing.T, s *Store)) {
 		f(t, open(t, EmulatorOptions(addr)...))
 	})
 	t.Run("emulator", func(t *testing.T) {
-		if os.Getenv("BIGTABLE_EMULATOR_HOST") == "" {
-			t.Skip("BIGTABLE_EMULATOR_HOST is not set (CI sets it)")
-		}
+		svctest.Need(t, "bigtable", os.Getenv("BIGTABLE_EMULATOR_HOST") != "", "BIGTABLE_EMULATOR_HOST is not set (CI sets it)")
 		f(t, open(t))
 	})
 }

@@ -10,6 +10,7 @@
 //
 //	topk:{type}:{scope}:{window}:v{n}  string  schemas.MarshalList JSON of version n
 //	topk:{type}:{scope}:{window}:cur   string  n, in decimal: the current version
+//	topk:{type}:{scope}:{window}:prev  string  the version current before it
 //	topk:removed                       hash    "{type}\x00{item}" -> Removal JSON
 //	channel topk:lists                 pub/sub "{type}:{scope}:{window}" (ListKey.String) per pointer move
 //	channel topk:removals              pub/sub RemovalEvent JSON per deny-set change
@@ -21,11 +22,16 @@
 // # Publishing
 //
 // Publish runs one script: if the pointer already names version n or a later
-// one, nothing changes (a replayed bundle is idempotent and a list never moves
-// backwards); otherwise it writes the blob of version n, gives the previous
-// current blob an expiry of Options.OldVersionTTL (so that a reader that read
-// the pointer just before the move still finds it), moves the pointer and
-// publishes the list key on Options.Channel. The current blob never expires.
+// one, nothing changes (a replayed bundle is idempotent and a publish never
+// moves a list backwards); otherwise it writes the blob of version n, records
+// the version that was current in the `prev` pointer, gives the blob that
+// was previous before an expiry of Options.OldVersionTTL (so that a reader
+// that read a pointer just before the move still finds it, and an operator
+// can roll back to it meanwhile), moves the pointer and publishes the list
+// key on Options.Channel. The current and previous blobs never expire: the
+// previous one is what a reader derives rank changes from, across restarts.
+// Only Rollback (history.go) moves a pointer backwards, and the next publish
+// moves it forward again.
 // The pipeline sets Version to as_of in Unix seconds, which makes versions
 // deterministic across replays and monotone in event time.
 //
@@ -145,10 +151,13 @@ func (st *Store) BlobKey(k schemas.ListKey, n int64) string {
 // RemovalsKey is the Redis hash holding the deny set.
 func (st *Store) RemovalsKey() string { return st.opts.Prefix + ":removed" }
 
-// publishScript moves the pointer. KEYS[1] pointer, KEYS[2] new blob;
-// ARGV[1] n, ARGV[2] blob, ARGV[3] old-version TTL (ms), ARGV[4] blob key
-// base (without the version number), ARGV[5] channel, ARGV[6] message.
-// Returns 1 when the pointer moved, 0 when it already named n or later.
+// publishScript moves the pointer. KEYS[1] pointer, KEYS[2] new blob,
+// KEYS[3] previous-version pointer; ARGV[1] n, ARGV[2] blob, ARGV[3]
+// old-version TTL (ms), ARGV[4] blob key base (without the version number),
+// ARGV[5] channel, ARGV[6] message. Returns 1 when the pointer moved, 0 when
+// it already named n or later. The version that was current becomes the
+// previous one (kept, for `change` and rollback: history.go); the one that
+// was previous gets the old-version TTL.
 //
 // Versions are compared as decimal strings (length, then bytes), not as Lua
 // numbers, which are doubles.
@@ -160,7 +169,11 @@ if cur and (#cur > #n or (#cur == #n and cur >= n)) then
 end
 redis.call('SET', KEYS[2], ARGV[2])
 if cur then
-  redis.call('PEXPIRE', ARGV[4] .. cur, ARGV[3])
+  local prev = redis.call('GET', KEYS[3])
+  if prev and prev ~= cur and prev ~= n then
+    redis.call('PEXPIRE', ARGV[4] .. prev, ARGV[3])
+  end
+  redis.call('SET', KEYS[3], cur)
 end
 redis.call('SET', KEYS[1], ARGV[1])
 redis.call('PUBLISH', ARGV[5], ARGV[6])
@@ -205,7 +218,7 @@ func (st *Store) PublishRaw(ctx context.Context, k schemas.ListKey, n int64, blo
 	if err := k.Validate(); err != nil {
 		return false, fmt.Errorf("publish: %w", err)
 	}
-	keys := []string{st.PointerKey(k), st.BlobKey(k, n)}
+	keys := []string{st.PointerKey(k), st.BlobKey(k, n), st.PrevKey(k)}
 	res, err := publishScript.Run(ctx, st.c, keys,
 		strconv.FormatInt(n, 10), blob, st.opts.OldVersionTTL.Milliseconds(), st.base(k)+"v", st.opts.Channel, k.String()).Int64()
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/topk-dev/topk/internal/svctest"
 	"github.com/topk-dev/topk/schemas"
 )
 
@@ -24,6 +25,7 @@ func testStore(t *testing.T, opts Options) (*Store, *miniredis.Miniredis) {
 	t.Helper()
 	var mr *miniredis.Miniredis
 	addr := os.Getenv("REDIS_ADDR")
+	svctest.Report(t, "redis", addr != "", "REDIS_ADDR is not set: miniredis")
 	if addr == "" {
 		mr = miniredis.RunT(t)
 		addr = mr.Addr()
@@ -224,8 +226,9 @@ func TestPublishIdempotentAndMonotone(t *testing.T) {
 	if moved, err := st.Publish(ctx, mkList(key1h, 8, 20)); err != nil || !moved {
 		t.Fatalf("publish v8: moved=%v err=%v", moved, err)
 	}
-	if ttl := st.c.PTTL(ctx, st.BlobKey(key1h, 7)).Val(); ttl <= 0 || ttl > 90*time.Second {
-		t.Fatalf("old blob v7 TTL %v, want in (0, 90s]", ttl)
+	// v7 is now the previous version: kept, without expiry.
+	if ttl := st.c.PTTL(ctx, st.BlobKey(key1h, 7)).Val(); ttl != -1 {
+		t.Fatalf("previous blob v7 has TTL %v, want none", ttl)
 	}
 	if ttl := st.c.PTTL(ctx, st.BlobKey(key1h, 8)).Val(); ttl != -1 {
 		t.Fatalf("new current blob has TTL %v, want none", ttl)
@@ -233,6 +236,9 @@ func TestPublishIdempotentAndMonotone(t *testing.T) {
 	// Versions compare as numbers, not strings: 10 > 9.
 	if _, err := st.Publish(ctx, mkList(key1h, 9, 20)); err != nil {
 		t.Fatal(err)
+	}
+	if ttl := st.c.PTTL(ctx, st.BlobKey(key1h, 7)).Val(); ttl <= 0 || ttl > 90*time.Second {
+		t.Fatalf("old blob v7 TTL %v, want in (0, 90s]", ttl)
 	}
 	if moved, err := st.Publish(ctx, mkList(key1h, 10, 20)); err != nil || !moved {
 		t.Fatalf("publish v10 after v9: moved=%v err=%v", moved, err)
@@ -262,7 +268,7 @@ func TestPublishIdempotentAndMonotone(t *testing.T) {
 func TestOldVersionExpires(t *testing.T) {
 	st, mr := testStore(t, Options{OldVersionTTL: 300 * time.Millisecond})
 	ctx := context.Background()
-	for v := int64(1); v <= 2; v++ {
+	for v := int64(1); v <= 3; v++ {
 		if _, err := st.Publish(ctx, mkList(key1h, v, 5)); err != nil {
 			t.Fatal(err)
 		}
@@ -275,7 +281,10 @@ func TestOldVersionExpires(t *testing.T) {
 	if n := st.c.Exists(ctx, st.BlobKey(key1h, 1)).Val(); n != 0 {
 		t.Fatalf("v1 still exists after its TTL")
 	}
-	if _, v, err := st.Current(ctx, key1h); err != nil || v != 2 {
+	if n := st.c.Exists(ctx, st.BlobKey(key1h, 2)).Val(); n != 1 {
+		t.Fatalf("previous version v2 expired")
+	}
+	if _, v, err := st.Current(ctx, key1h); err != nil || v != 3 {
 		t.Fatalf("Current = v%d, %v", v, err)
 	}
 }

@@ -1,0 +1,53 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/topk-dev/topk/internal/publishobs"
+	"github.com/topk-dev/topk/transforms/publish/liststore"
+)
+
+// serveMetrics serves Prometheus metrics on addr at /metrics until the
+// returned stop is called: the process's Go and process collectors and the
+// publish observer (internal/publishobs: pointer moves, publish lag and list
+// age as Redis readers see them). The job's Beam counters are reported in
+// the run's summary line, not here.
+func serveMetrics(ctx context.Context, addr string, st *liststore.Store) (stop func(), err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	obs, err := publishobs.Start(ctx, st, nil)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), obs)
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("--metrics_addr: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			slog.Error("streaming: metrics server", "err", err)
+		}
+	}()
+	slog.Info("streaming: metrics", "addr", ln.Addr().String())
+	return func() {
+		srv.Close()
+		cancel()
+		<-obs.Done()
+	}, nil
+}
