@@ -285,7 +285,9 @@ func TestBoundedState(t *testing.T) {
 	}
 }
 
-func itoa(i int) string { return string(rune('a'+i/26/26%26)) + string(rune('a'+i/26%26)) + string(rune('a'+i%26)) }
+func itoa(i int) string {
+	return string(rune('a'+i/26/26%26)) + string(rune('a'+i/26%26)) + string(rune('a'+i%26))
+}
 
 // TestStaleInput: an input not after the last is refused and changes
 // nothing.
