@@ -36,7 +36,11 @@ type listSlot struct {
 // listVersion is one version of a list as held in memory, with its rendered
 // responses.
 type listVersion struct {
+	// list is the version held; for a trending list (window "trending") it
+	// is only the header (key, as_of, version, stale) and trend holds the
+	// list itself.
 	list   *schemas.List
+	trend  *schemas.Trending
 	seenAt time.Time // when this server first saw this version
 	// renders caches the response per [stale][k]; an entry is valid for the
 	// removals generation it was rendered for.
@@ -123,7 +127,12 @@ func (v *listVersion) response(k int, stale bool, rs *removalSet, budget int64, 
 	if r := p.Load(); r != nil && r.gen == rs.gen {
 		return r
 	}
-	r := renderList(v.list, k, stale, rs)
+	var r *rendered
+	if v.trend != nil {
+		r = renderTrending(v.trend, k, stale, rs)
+	} else {
+		r = renderList(v.list, k, stale, rs)
+	}
 	if v.cached.Add(int64(len(r.body))) <= budget {
 		p.Store(r)
 		m.renders.WithLabelValues("cached").Inc()
@@ -164,13 +173,19 @@ func renderList(l *schemas.List, k int, stale bool, rs *removalSet) *rendered {
 		// A List always marshals; reaching here is a programmer error.
 		panic("api: marshal list: " + err.Error())
 	}
+	return newRendered(body, l.Version, rs.gen)
+}
+
+// newRendered wraps a response body of a list version with its strong ETag
+// (version and a hash of the body) and header values.
+func newRendered(body []byte, version int64, gen uint64) *rendered {
 	h := fnv.New64a()
 	h.Write(body)
 	sum := hex.EncodeToString(h.Sum(nil))
-	v := itoa(l.Version)
+	v := itoa(version)
 	etag := `"` + v + "-" + sum + `"`
 	return &rendered{
-		gen:       rs.gen,
+		gen:       gen,
 		body:      body,
 		etag:      etag,
 		etagHdr:   []string{etag},
@@ -306,7 +321,7 @@ func (s *Server) refreshList(ctx context.Context, k schemas.ListKey) (bool, erro
 			return false, nil
 		}
 	}
-	l, err := schemas.UnmarshalList(raw)
+	l, tl, err := decodeBlob(k, raw)
 	if err == nil && (l.Key() != k || l.Version != version) {
 		err = errors.New("blob names " + l.Key().String() + " v" + itoa(l.Version))
 	}
@@ -315,7 +330,7 @@ func (s *Server) refreshList(ctx context.Context, k schemas.ListKey) (bool, erro
 		s.log.Error("bad list blob, keeping the last good version", "list", k.String(), "version", version, "err", err)
 		return false, nil
 	}
-	nv := &listVersion{list: l, seenAt: s.cfg.Now()}
+	nv := &listVersion{list: l, trend: tl, seenAt: s.cfg.Now()}
 	s.state.mu.Lock()
 	defer s.state.mu.Unlock()
 	cat = s.state.cat.Load()
@@ -382,4 +397,28 @@ func (s *Server) redisWorked() {
 	if !was {
 		s.log.Info("redis reachable")
 	}
+}
+
+// decodeBlob decodes and checks the blob of list k: a top list, or for
+// window "trending" a trending list, returned with a header-only List (key,
+// as_of, version, stale) that the generic code (versions, staleness,
+// /v1/lists, metrics) reads.
+func decodeBlob(k schemas.ListKey, raw []byte) (*schemas.List, *schemas.Trending, error) {
+	if k.Window != schemas.WindowTrending {
+		l, err := schemas.UnmarshalList(raw)
+		return l, nil, err
+	}
+	t, err := schemas.UnmarshalTrending(raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &schemas.List{Type: t.Type, Scope: t.Scope, Window: t.Window, AsOf: t.AsOf, Version: t.Version, Stale: t.Stale}, t, nil
+}
+
+// items is the number of entries of the version held.
+func (v *listVersion) items() int {
+	if v.trend != nil {
+		return len(v.trend.Items)
+	}
+	return len(v.list.Items)
 }
