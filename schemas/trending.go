@@ -55,9 +55,9 @@ type TrendEntry struct {
 	// at the current total (p_hat * total).
 	Baseline5m float64 `json:"baseline_5m"`
 	// PeakScore is the best live score the item reached, undecayed, and
-	// PeakAt when.
+	// PeakAt when (omitted when it never scored: a listed item always has).
 	PeakScore float64   `json:"peak_score"`
-	PeakAt    time.Time `json:"peak_at"`
+	PeakAt    time.Time `json:"peak_at,omitzero"`
 }
 
 // Key returns the list's identity.
