@@ -126,7 +126,14 @@ func TestTrendingOnPrism(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	prefix := fmt.Sprintf("trendtest%d", time.Now().UnixNano())
+	prefix := fmt.Sprintf("topktest:trend:%d", time.Now().UnixNano())
+	defer func() { // never a FLUSH: the test's keys only
+		ctx := context.Background()
+		iter := conn.Client.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+		for iter.Next(ctx) {
+			conn.Client.Del(ctx, iter.Val())
+		}
+	}()
 	dir := t.TempDir()
 
 	p, s := beam.NewPipelineWithRoot()
