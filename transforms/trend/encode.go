@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"slices"
 )
 
@@ -146,16 +147,26 @@ func (r *reader) ring(n int, dst []float32, what string) {
 	if r.err != nil {
 		return
 	}
+	set := 0
+	for _, x := range bm {
+		set += bits.OnesCount8(x)
+	}
+	if n%8 != 0 && bm[len(bm)-1]>>(n%8) != 0 {
+		r.fail(what + ": bits beyond the ring")
+		return
+	}
+	vals := r.bytes(4*set, what)
+	if r.err != nil {
+		return
+	}
 	keep := len(dst) == n
+	j := 0
 	for i := 0; i < n; i++ {
 		if bm[i/8]&(1<<(i%8)) == 0 {
 			continue
 		}
-		v := r.bytes(4, what)
-		if r.err != nil {
-			return
-		}
-		f := math.Float32frombits(binary.LittleEndian.Uint32(v))
+		f := math.Float32frombits(binary.LittleEndian.Uint32(vals[j:]))
+		j += 4
 		if !(f > 0) || math.IsInf(float64(f), 0) {
 			r.fail(what + ": share not positive and finite")
 			return
@@ -163,9 +174,6 @@ func (r *reader) ring(n int, dst []float32, what string) {
 		if keep {
 			dst[i] = f
 		}
-	}
-	if n%8 != 0 && bm[len(bm)-1]>>(n%8) != 0 {
-		r.fail(what + ": bits beyond the ring")
 	}
 }
 
@@ -198,6 +206,9 @@ func Decode(typ, scope string, cfg Config, data []byte) (*Scorer, error) {
 	if r.err == nil && n > uint64(len(r.b)) {
 		r.fail("item count")
 	}
+	// One slab for every item's hourly ring: one allocation, not one per
+	// item (n is bounded by the bytes left, checked above).
+	slab := make([]float32, min(n, uint64(cfg.MaxItems))*uint64(cfg.Hours))
 	var prev string
 	for i := uint64(0); i < n && r.err == nil; i++ {
 		name := string(r.bytes(int(min(r.uvarint("name length"), math.MaxInt32)), "name"))
@@ -205,7 +216,13 @@ func Decode(typ, scope string, cfg Config, data []byte) (*Scorer, error) {
 			r.fail("names not sorted and unique")
 		}
 		prev = name
-		it := &item{name: name, hourly: make([]float32, cfg.Hours)}
+		var hourly []float32
+		if len(slab) >= cfg.Hours {
+			hourly, slab = slab[:cfg.Hours:cfg.Hours], slab[cfg.Hours:]
+		} else {
+			hourly = make([]float32, cfg.Hours) // past the cap: read and dropped
+		}
+		it := &item{name: name, hourly: hourly}
 		f := r.bytes(1, "item flags")
 		if r.err == nil {
 			if f[0]&^1 != 0 {

@@ -156,6 +156,12 @@ type item struct {
 	seen   int64                // Unix ms of the last input that listed it
 	count  uint64               // count in the last input (0 when absent)
 	listed bool                 // in the last published list
+	// past caches the largest hourly share before hour pastHour (derived,
+	// not stored): the hourly ring changes outside the current hour only
+	// when the hour moves or on Seed.
+	past     float32
+	pastHour int64
+	pastOK   bool
 	// scratch of the current tick
 	live, score, base float64
 }
@@ -242,12 +248,16 @@ func (sc *Scorer) baseline(it *item) float64 {
 			b = max(b, v)
 		}
 	}
-	for i, v := range it.hourly {
-		if i != h {
-			b = max(b, v)
+	if cur := hourOf(sc.last); !it.pastOK || it.pastHour != cur {
+		it.past = 0
+		for i, v := range it.hourly {
+			if i != h {
+				it.past = max(it.past, v)
+			}
 		}
+		it.pastHour, it.pastOK = cur, true
 	}
-	return float64(b)
+	return float64(max(b, it.past))
 }
 
 // Observe records one 5-minute list: every listed item's share goes into its
@@ -298,6 +308,17 @@ func (sc *Scorer) Observe(in Input) ([]string, error) {
 	for _, c := range items {
 		present[c.Item] = true
 	}
+	// Make room for the new items at once: evicting one at a time costs a
+	// scan of every tracked item per new item.
+	fresh := 0
+	for _, c := range items {
+		if sc.items[c.Item] == nil && c.Count > 0 && c.Item != "" {
+			fresh++
+		}
+	}
+	if over := len(sc.items) + fresh - sc.cfg.MaxItems; over > 0 {
+		sc.evict(present, over)
+	}
 	var added []string
 	for _, c := range items {
 		if total == 0 || c.Count == 0 || c.Item == "" {
@@ -305,7 +326,7 @@ func (sc *Scorer) Observe(in Input) ([]string, error) {
 		}
 		it := sc.items[c.Item]
 		if it == nil {
-			if len(sc.items) >= sc.cfg.MaxItems && !sc.evict(present) {
+			if len(sc.items) >= sc.cfg.MaxItems {
 				continue // every tracked item is in this input and ranks higher
 			}
 			it = &item{name: c.Item, hourly: slices.Clone(sc.cut.hourly), recent: sc.cut.recent}
@@ -324,26 +345,29 @@ func (sc *Scorer) Observe(in Input) ([]string, error) {
 	return added, nil
 }
 
-// evict drops the least relevant tracked item that is absent from the
-// current input: not listed first, then seen longest ago, then the lowest
-// decayed score. It reports whether one was dropped.
-func (sc *Scorer) evict(present map[string]bool) bool {
-	var victim *item
-	var vScore float64
+// evict drops up to n of the least relevant tracked items that are absent
+// from the current input: not listed first, then seen longest ago, then the
+// lowest decayed score, then by name.
+func (sc *Scorer) evict(present map[string]bool, n int) {
+	type cand struct {
+		it    *item
+		score float64
+	}
+	var cs []cand
 	for _, it := range sc.items {
-		if present[it.name] {
-			continue
-		}
-		s := sc.decayed(it)
-		if victim == nil || less(it, s, victim, vScore) {
-			victim, vScore = it, s
+		if !present[it.name] {
+			cs = append(cs, cand{it, sc.decayed(it)})
 		}
 	}
-	if victim == nil {
-		return false
+	slices.SortFunc(cs, func(a, b cand) int {
+		if less(a.it, a.score, b.it, b.score) {
+			return -1
+		}
+		return 1
+	})
+	for _, c := range cs[:min(n, len(cs))] {
+		delete(sc.items, c.it.name)
 	}
-	delete(sc.items, victim.name)
-	return true
 }
 
 // less orders eviction candidates: a before b when a is less relevant.
@@ -385,6 +409,7 @@ func (sc *Scorer) Seed(item string, hourly map[time.Time]float64) {
 		v := &it.hourly[mod(h, len(it.hourly))]
 		*v = max(*v, float32(p))
 	}
+	it.pastOK = false
 }
 
 // SeedCoverage records that History holds hours from start on: the list's
@@ -452,8 +477,9 @@ func (sc *Scorer) List() *schemas.Trending {
 	floor := sc.cfg.FloorPerHour * (float64(SlotLen) / float64(time.Hour))
 	var cands []*item
 	for _, it := range sc.items {
-		it.base = max(sc.baseline(it)*float64(sc.total), floor)
-		it.live = Live(sc.cfg, it.count, sc.total, sc.baseline(it))
+		b := sc.baseline(it)
+		it.base = max(b*float64(sc.total), floor)
+		it.live = Live(sc.cfg, it.count, sc.total, b)
 		if warm && it.live > 0 && it.live >= sc.decayed(it) {
 			it.peak, it.peakAt = it.live, sc.last
 		}
