@@ -43,7 +43,8 @@
 // Only warm items have history: the items of the 5-minute lists the scorer
 // is fed (the long tail never gets a slot). Per tracked item it keeps the
 // maximum share seen in each 5-minute slot of the current hour (12 float32)
-// and in each hour of the past week (Config.Hours float32, 168), a peak
+// and in each hour of the past week (Config.Hours float32, 169: back to the
+// same hour a week ago), a peak
 // (score and time), its last count and a listed flag: about 800 bytes with
 // the name (BENCHMARKS.md). Tracked items per list are capped at
 // Config.MaxItems (2,000: about 1.6 MB per list); a new item beyond the cap

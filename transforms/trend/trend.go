@@ -44,7 +44,10 @@ type Config struct {
 	// MaxItems caps the tracked items (the state) per list. Default 2,000;
 	// must be >= Size.
 	MaxItems int
-	// Hours is the hourly history kept per item. Default 168 (a week).
+	// Hours is the hourly history kept per item, the current hour
+	// included. Default 169: the past week, back to the same hour a week
+	// ago, so a weekly rhythm (#mondaymotivation at 8:00) is its own
+	// baseline.
 	Hours int
 	// WarmUp is the history a list needs before it lists anything. Default
 	// 20 minutes; 0 lists from the first tick.
@@ -65,7 +68,7 @@ func DefaultConfig() Config {
 		Leave:        2.5e-4,
 		Size:         100,
 		MaxItems:     2000,
-		Hours:        168,
+		Hours:        169,
 		WarmUp:       20 * time.Minute,
 		Counts:       schemas.CountsEvents,
 	}
@@ -422,12 +425,13 @@ func (sc *Scorer) SeedCoverage(start time.Time) {
 }
 
 // BaselineHours is how many whole hours of history the list's baselines
-// draw on at the last input, at most Config.Hours.
+// draw on at the last input, at most Config.Hours-1 (the past hours the
+// ring holds: 168, a week, by default).
 func (sc *Scorer) BaselineHours() int {
 	if sc.last == 0 {
 		return 0
 	}
-	return int(min(int64(sc.cfg.Hours), (sc.last-sc.first)/time.Hour.Milliseconds()))
+	return int(min(int64(sc.cfg.Hours-1), (sc.last-sc.first)/time.Hour.Milliseconds()))
 }
 
 // warm reports whether the history covers the warm-up.
