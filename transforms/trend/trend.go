@@ -538,12 +538,10 @@ func (sc *Scorer) Step(ctx context.Context, in Input, h History) (*schemas.Trend
 	if h != nil {
 		cur := time.UnixMilli(hourOf(sc.last) * time.Hour.Milliseconds()).UTC()
 		from := cur.Add(-time.Duration(sc.cfg.Hours-1) * time.Hour)
-		var ask []string
+		// The first call also learns the list's coverage (hours with a
+		// known total); later calls only seed new items.
 		if !sc.coverageSet || len(added) > 0 {
-			ask = added
-		}
-		if !sc.coverageSet || len(ask) > 0 {
-			shares, hours, err := h.HourlyShares(ctx, sc.typ, sc.scope, ask, from, cur)
+			shares, hours, err := h.HourlyShares(ctx, sc.typ, sc.scope, added, from, cur)
 			if err != nil {
 				herr = fmt.Errorf("%w: %s/%s: %w", ErrHistory, sc.typ, sc.scope, err)
 			} else {
