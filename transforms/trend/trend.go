@@ -271,7 +271,7 @@ func (sc *Scorer) baseline(it *item) float64 {
 func (sc *Scorer) Observe(in Input) ([]string, error) {
 	now := in.AsOf.UnixMilli()
 	if sc.last != 0 && now <= sc.last {
-		return nil, fmt.Errorf("%w: %s after %s", ErrStale, in.AsOf.UTC().Format(time.RFC3339), time.UnixMilli(sc.last).UTC().Format(time.RFC3339))
+		return nil, fmt.Errorf("%w: as_of %s, last %s", ErrStale, in.AsOf.UTC().Format(time.RFC3339), time.UnixMilli(sc.last).UTC().Format(time.RFC3339))
 	}
 	prev := sc.last
 	sc.advance(&sc.cut, prev, now)
@@ -279,7 +279,7 @@ func (sc *Scorer) Observe(in Input) ([]string, error) {
 		sc.advance(it, prev, now)
 		it.count = 0
 	}
-	sc.last, sc.total = now, in.Total
+	sc.last = now
 	if sc.first == 0 || now < sc.first {
 		sc.first = now
 	}
