@@ -28,6 +28,11 @@ func TrendConfig(exact stitch.StoreConfig) trendbeam.Config {
 //	if w == schemas.Window5m {
 //		PublishTrending(s, lists, TrendConfig(cfg.Exact), cfg.Publish)
 //	}
+//
+// Test walkers of ListsOut that decode every file as a top list
+// (replay_test.go's replay, window_test.go) must then skip
+// DIR/{type}/{scope}/trending/. TestTrendingReplay checks the wiring end to
+// end (it skips until Build calls this).
 func PublishTrending(s beam.Scope, lists5m beam.PCollection, tc trendbeam.Config, pc publish.Config) beam.PCollection {
 	s = s.Scope("fastpath.Trending")
 	out := trendbeam.Trending(s, lists5m, tc)
