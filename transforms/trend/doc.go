@@ -33,6 +33,10 @@
 //     instead of vanishing.
 //   - Hysteresis (Enter > Leave): an item enters the list when its score
 //     reaches Enter and stays until it falls below Leave.
+//   - Seasonality (Seasonal, off by default): p_hat from the same hour a
+//     week ago and the last two hours instead of the week's maximum, for
+//     weekly rhythms ("#mondaymotivation" on a Monday is usual; on a Tuesday
+//     it is news).
 //   - Warm-up (WarmUp): until the list's history covers WarmUp (the job's own
 //     ticks, or exact hours from History), lists are published empty, with
 //     baseline_hours saying why: a baseline of a few minutes makes every

@@ -49,6 +49,14 @@ type Config struct {
 	// ago, so a weekly rhythm (#mondaymotivation at 8:00) is its own
 	// baseline.
 	Hours int
+	// Seasonal compares an item with the same time last week instead of
+	// its whole week: p_hat is its highest share in the current hour's
+	// earlier slots, the last two hours, and the same hour a week ago and
+	// the hour after it (Hours must reach back a week: 169). An item big
+	// every Monday at 8:00 then trends on a Tuesday at 8:00. Default off:
+	// the week's maximum, which also suppresses weekly rhythms but lets
+	// nothing big-on-another-day trend.
+	Seasonal bool
 	// WarmUp is the history a list needs before it lists anything. Default
 	// 20 minutes; 0 lists from the first tick.
 	WarmUp time.Duration
@@ -97,6 +105,9 @@ func (c Config) Validate() error {
 	}
 	if c.Hours < 1 || c.Hours > 24*31 {
 		errs = append(errs, fmt.Errorf("hours %d outside [1, 744]", c.Hours))
+	}
+	if c.Seasonal && c.Hours < 169 {
+		errs = append(errs, fmt.Errorf("seasonal needs hours >= 169 (a week back to the same hour), have %d", c.Hours))
 	}
 	if c.WarmUp < 0 {
 		errs = append(errs, fmt.Errorf("warm-up %s is negative", c.WarmUp))
@@ -253,9 +264,20 @@ func (sc *Scorer) baseline(it *item) float64 {
 	}
 	if cur := hourOf(sc.last); !it.pastOK || it.pastHour != cur {
 		it.past = 0
-		for i, v := range it.hourly {
-			if i != h {
-				it.past = max(it.past, v)
+		if sc.cfg.Seasonal {
+			// The last two hours, and the same hour a week ago with the
+			// hour after it.
+			n := len(it.hourly)
+			for _, back := range [...]int64{1, 2, int64(n) - 1, int64(n) - 2} {
+				if back >= 1 && back < int64(n) {
+					it.past = max(it.past, it.hourly[mod(cur-back, n)])
+				}
+			}
+		} else {
+			for i, v := range it.hourly {
+				if i != h {
+					it.past = max(it.past, v)
+				}
 			}
 		}
 		it.pastHour, it.pastOK = cur, true

@@ -375,3 +375,38 @@ func FuzzDecode(f *testing.F) {
 		_ = slices.Clone(again)
 	})
 }
+
+// TestSeasonal: with a week of hourly history seeded, an item that had 5%
+// of the list yesterday at 20:00 does not trend at 20:00 today by default
+// (the week's maximum) but does with Seasonal (last week's 20:00 was
+// quiet); an item that had 5% a week ago at 20:00 trends in neither.
+func TestSeasonal(t *testing.T) {
+	now := time.Date(2026, 11, 30, 20, 5, 0, 0, time.UTC)
+	for _, seasonal := range []bool{false, true} {
+		cfg := DefaultConfig()
+		cfg.Seasonal = seasonal
+		sc := New("hashtag", "global", cfg)
+		in := Input{AsOf: now, Total: 100_000, Items: []Count{{"yesterday", 5000}, {"lastweek", 5000}, {"steady", 1000}}}
+		added, err := sc.Observe(in)
+		if err != nil || len(added) != 3 {
+			t.Fatal(added, err)
+		}
+		at20 := time.Date(2026, 11, 30, 20, 0, 0, 0, time.UTC)
+		sc.Seed("yesterday", map[time.Time]float64{at20.Add(-24 * time.Hour): 0.05})
+		sc.Seed("lastweek", map[time.Time]float64{at20.Add(-7 * 24 * time.Hour): 0.05})
+		sc.Seed("steady", map[time.Time]float64{at20.Add(-time.Hour): 0.01})
+		sc.SeedCoverage(at20.Add(-7 * 24 * time.Hour))
+		l := sc.List()
+		if got := rankOf(l, "yesterday") > 0; got != seasonal {
+			t.Errorf("seasonal=%v: yesterday's item trending = %v: %+v", seasonal, got, l.Items)
+		}
+		if rankOf(l, "lastweek") > 0 || rankOf(l, "steady") > 0 {
+			t.Errorf("seasonal=%v: last week's or the steady item trends: %+v", seasonal, l.Items)
+		}
+	}
+	bad := DefaultConfig()
+	bad.Seasonal, bad.Hours = true, 168
+	if bad.Validate() == nil {
+		t.Error("seasonal with 168 hours validated")
+	}
+}
