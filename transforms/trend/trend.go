@@ -486,7 +486,8 @@ func Live(cfg Config, c, t uint64, pHat float64) float64 {
 // list: items whose score max(live, decayed peak) reaches Enter (or stays at
 // or above Leave when listed before), best first, at most Size. During the
 // warm-up it is empty and no peaks are recorded. Version is as_of in Unix
-// seconds.
+// seconds. It records peaks and the listed set (hysteresis), so it is
+// called once per Observe (Step does both).
 func (sc *Scorer) List() *schemas.Trending {
 	out := &schemas.Trending{
 		Type: sc.typ, Scope: sc.scope, Window: schemas.WindowTrending,
