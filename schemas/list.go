@@ -20,6 +20,11 @@ const (
 	WindowAll Window = "all"
 )
 
+// WindowTrending names the trending list of a (type, scope) (schemas.Trending).
+// It is a list key's window but not a counting window: it is not in Windows,
+// and Valid reports false for it.
+const WindowTrending Window = "trending"
+
 // Windows lists every window, shortest first.
 var Windows = []Window{Window1m, Window5m, Window1h, Window24h, WindowAll}
 
@@ -74,8 +79,8 @@ func (k ListKey) Validate() error {
 	if !IsScope(k.Scope) {
 		return fmt.Errorf("scope %q must be \"global\", a country (IN) or a region (IN-MH)", k.Scope)
 	}
-	if !k.Window.Valid() {
-		return fmt.Errorf("window %q must be one of 1m, 5m, 1h, 24h, all", k.Window)
+	if !k.Window.Valid() && k.Window != WindowTrending {
+		return fmt.Errorf("window %q must be one of 1m, 5m, 1h, 24h, all, trending", k.Window)
 	}
 	return nil
 }
@@ -103,7 +108,10 @@ type List struct {
 	// Rules is the version of the countable-event rules the counts were
 	// made with (transforms/rules Rules.Version), so that a grade compares
 	// like with like; "" when not recorded.
-	Rules string  `json:"rules,omitempty"`
+	Rules string `json:"rules,omitempty"`
+	// Total is the number of events the window counted over all items, listed
+	// or not (the trend scorer's denominator); 0 when unknown (omitted).
+	Total uint64  `json:"total,omitempty"`
 	Items []Entry `json:"items"`
 }
 
@@ -148,6 +156,9 @@ func UnmarshalList(data []byte) (*List, error) {
 func (l *List) Check() error {
 	if err := l.Key().Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrBadList, err)
+	}
+	if !l.Window.Valid() {
+		return fmt.Errorf("%w: window %q is not a top list's window", ErrBadList, l.Window)
 	}
 	if l.AsOf.IsZero() {
 		return fmt.Errorf("%w: as_of is missing", ErrBadList)

@@ -121,7 +121,8 @@ func parseColumns(t *testing.T, dom []byte) (map[string]*column, string) {
 	return cols, errorbar
 }
 
-// Property: the page, in a real browser, shows one column per window with
+// Property: the page, in a real browser, shows one column per window (and
+// "Trending now") with
 // the top 10 of each published list, its age, error bar and stale note,
 // "not published yet" for a missing list, and moves to a new version.
 func TestPageInHeadlessChromium(t *testing.T) {
@@ -146,6 +147,9 @@ func TestPageInHeadlessChromium(t *testing.T) {
 		published[w] = l
 		e.publish(t, l)
 	}
+	tl := mkTrending("global", asOf.Unix(), 12)
+	tl.Type = "video"
+	e.publishTrending(t, tl)
 	e.start(t)
 	url := e.ts.URL + "/?type=video&k=10"
 
@@ -182,6 +186,11 @@ func TestPageInHeadlessChromium(t *testing.T) {
 		if wantStale := fmt.Sprint(w == schemas.Window5m); c.stale != wantStale {
 			t.Errorf("%s: data-stale %q, want %s", w, c.stale, wantStale)
 		}
+	}
+	// The "Trending now" column: the trending list's first 10, its score
+	// explained in one line.
+	if c := cols["trending"]; c == nil || len(c.items) != 10 || c.items[0] != "t_0" || c.items[9] != "t_9" || !strings.Contains(c.bar, "ln(share") {
+		t.Errorf("trending column: %+v", c)
 	}
 	if dir := os.Getenv("TOPK_SCREENSHOT_DIR"); dir != "" {
 		chromium(t, url, "--window-size=1400,900", "--screenshot="+filepath.Join(dir, "page-v1.png"))

@@ -41,6 +41,12 @@
 //	     stale-while-revalidate; strong ETag per (version, body); 304 on
 //	     If-None-Match; gzip on Accept-Encoding. Each response is rendered
 //	     once per (list version, k, removals, stale) and served from bytes.
+//	GET  /v1/trending?type=hashtag&scope=IN-MH&k=20
+//	     The first k (1..100, default 20) entries of the current trending
+//	     list of (type, scope) (schemas.Trending: items unusually active for
+//	     themselves now, transforms/trend), minus removed items, ranks
+//	     renumbered. Validation, Cache-Control (10 s), ETag, 304, gzip and
+//	     stale as for /v1/top; 404 until a trending list is published.
 //	GET  /v1/lists    every list held: key, version, as_of, stale.
 //	GET  /v1/charts/daily?type=video&scope=global&date=2026-11-30&k=100
 //	     The exact chart of one UTC day from the Bigtable exact tables

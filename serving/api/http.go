@@ -165,6 +165,7 @@ var nosniff = []string{"nosniff"}
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/top", s.handle("top", s.handleTop))
+	mux.Handle("/v1/trending", s.handle("trending", s.handleTrending))
 	mux.Handle("/v1/lists", s.handle("lists", s.handleLists))
 	mux.Handle("/v1/events", s.handle("events", s.handleEvents))
 	mux.Handle("/v1/admin/removals", s.handle("removals", s.handleRemovals))
@@ -175,7 +176,7 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("/metrics", s.handle("metrics", s.metricsHandler()))
 	mux.Handle("/{$}", s.handle("page", s.handlePage))
 	mux.Handle("/", s.handle("other", func(w http.ResponseWriter, r *http.Request) error {
-		return errorf(http.StatusNotFound, "no such path %s; see / for the page and /v1/top, /v1/lists, /v1/events, /v1/admin/removals, /v1/admin/rollback, /v1/admin/catalogue, /healthz, /readyz, /metrics", quoteTrunc(r.URL.Path))
+		return errorf(http.StatusNotFound, "no such path %s; see / for the page and /v1/top, /v1/trending, /v1/lists, /v1/events, /v1/admin/removals, /v1/admin/rollback, /v1/admin/catalogue, /healthz, /readyz, /metrics", quoteTrunc(r.URL.Path))
 	}))
 	return mux
 }

@@ -40,10 +40,14 @@ type listSlot struct {
 // listVersion is one version of a list as held in memory, with its rendered
 // responses.
 type listVersion struct {
-	list *schemas.List
+	// list is the version held; for a trending list (window "trending") it
+	// is only the header (key, as_of, version, stale) and trend holds the
+	// list itself.
+	list  *schemas.List
+	trend *schemas.Trending
 	// prev is the version that was current before it in Redis (the
 	// liststore `prev` pointer), which `change` is derived from; nil when
-	// none is held.
+	// none is held (and for trending lists).
 	prev *schemas.List
 	// info holds the catalogue entries of the list's items (nil: none).
 	info   map[string]catalogue.Entry
@@ -133,7 +137,12 @@ func (v *listVersion) response(k int, stale bool, rs *removalSet, budget int64, 
 	if r := p.Load(); r != nil && r.gen == rs.gen {
 		return r
 	}
-	r := renderList(v, k, stale, rs)
+	var r *rendered
+	if v.trend != nil {
+		r = renderTrending(v.trend, k, stale, rs)
+	} else {
+		r = renderList(v, k, stale, rs)
+	}
 	if v.cached.Add(int64(len(r.body))) <= budget {
 		p.Store(r)
 		m.renders.WithLabelValues("cached").Inc()
@@ -201,13 +210,19 @@ func renderList(v *listVersion, k int, stale bool, rs *removalSet) *rendered {
 		// A List always marshals; reaching here is a programmer error.
 		panic("api: marshal list: " + err.Error())
 	}
+	return newRendered(body, l.Version, rs.gen)
+}
+
+// newRendered wraps a response body of a list version with its strong ETag
+// (version and a hash of the body) and header values.
+func newRendered(body []byte, version int64, gen uint64) *rendered {
 	h := fnv.New64a()
 	h.Write(body)
 	sum := hex.EncodeToString(h.Sum(nil))
-	ver := itoa(l.Version)
+	ver := itoa(version)
 	etag := `"` + ver + "-" + sum + `"`
 	return &rendered{
-		gen:       rs.gen,
+		gen:       gen,
 		body:      body,
 		etag:      etag,
 		etagHdr:   []string{etag},
@@ -390,23 +405,27 @@ func (s *Server) refreshList(ctx context.Context, k schemas.ListKey) (bool, erro
 	if held != nil && held.list.Version == snap.Version {
 		return false, nil
 	}
-	l, err := decodeBlob(snap.Raw, k, snap.Version)
+	l, tl, err := decodeBlob(snap.Raw, k, snap.Version)
 	if err != nil {
 		s.metrics.badBlobs.Inc()
 		s.log.Error("bad list blob, keeping the last good version", "list", k.String(), "version", snap.Version, "err", err)
 		return false, nil
 	}
-	nv := &listVersion{list: l, seenAt: s.cfg.Now()}
+	nv := &listVersion{list: l, trend: tl, seenAt: s.cfg.Now()}
 	switch {
+	case tl != nil:
+		// Trending lists carry no change.
 	case snap.PrevRaw != nil:
-		if nv.prev, err = decodeBlob(snap.PrevRaw, k, snap.PrevVersion); err != nil {
+		if nv.prev, _, err = decodeBlob(snap.PrevRaw, k, snap.PrevVersion); err != nil {
 			s.metrics.badBlobs.Inc()
 			s.log.Warn("bad previous list blob: serving without change", "list", k.String(), "version", snap.PrevVersion, "err", err)
 		}
 	case snap.PrevVersion != 0 && held != nil && held.list.Version == snap.PrevVersion:
 		nv.prev = held.list
 	}
-	nv.info = s.lookupTitles(ctx, l)
+	if tl == nil {
+		nv.info = s.lookupTitles(ctx, l)
+	}
 	version := snap.Version
 	s.state.mu.Lock()
 	defer s.state.mu.Unlock()
@@ -431,13 +450,25 @@ func (s *Server) refreshList(ctx context.Context, k schemas.ListKey) (bool, erro
 	return true, nil
 }
 
-// decodeBlob decodes a list blob and checks that it is version n of k.
-func decodeBlob(raw []byte, k schemas.ListKey, n int64) (*schemas.List, error) {
-	l, err := schemas.UnmarshalList(raw)
+// decodeBlob decodes a list blob and checks that it is version n of k: a
+// top list, or for window "trending" a trending list, returned with a
+// header-only List (key, as_of, version, stale) that the generic code
+// (versions, staleness, /v1/lists, metrics) reads.
+func decodeBlob(raw []byte, k schemas.ListKey, n int64) (*schemas.List, *schemas.Trending, error) {
+	var (
+		l   *schemas.List
+		t   *schemas.Trending
+		err error
+	)
+	if k.Window != schemas.WindowTrending {
+		l, err = schemas.UnmarshalList(raw)
+	} else if t, err = schemas.UnmarshalTrending(raw); err == nil {
+		l = &schemas.List{Type: t.Type, Scope: t.Scope, Window: t.Window, AsOf: t.AsOf, Version: t.Version, Stale: t.Stale}
+	}
 	if err == nil && (l.Key() != k || l.Version != n) {
 		err = errors.New("blob names " + l.Key().String() + " v" + itoa(l.Version))
 	}
-	return l, err
+	return l, t, err
 }
 
 // reloadRemovals replaces the deny set with Redis' when it differs.
@@ -483,4 +514,12 @@ func (s *Server) redisWorked() {
 	if !was {
 		s.log.Info("redis reachable")
 	}
+}
+
+// items is the number of entries of the version held.
+func (v *listVersion) items() int {
+	if v.trend != nil {
+		return len(v.trend.Items)
+	}
+	return len(v.list.Items)
 }

@@ -60,23 +60,9 @@ func parseTopQuery(raw string, cat *catalog) (topQuery, *apiError) {
 	}
 	typ, scope, window, kstr := v[0], v[1], v[2], v[3]
 	q := topQuery{k: defaultK}
-
-	switch {
-	case !seen[0] || typ == "":
-		return q, badParam("type", capAllowed(cat.typeNames), "parameter \"type\" is required; allowed: %s", strings.Join(capAllowed(cat.typeNames), ", "))
-	case !schemas.IsType(typ):
-		return q, badParam("type", capAllowed(cat.typeNames), "parameter \"type\": %s is not an item type ([a-z][a-z0-9_]{0,31}); allowed: %s", quoteTrunc(typ), strings.Join(capAllowed(cat.typeNames), ", "))
-	case !cat.types[typ]:
-		return q, badParam("type", capAllowed(cat.typeNames), "parameter \"type\": unknown type %q; allowed: %s", typ, strings.Join(capAllowed(cat.typeNames), ", "))
-	}
-	if !seen[1] {
-		scope = schemas.ScopeGlobal
-	}
-	switch {
-	case !schemas.IsScope(scope):
-		return q, badParam("scope", capAllowed(cat.scopeNames), "parameter \"scope\": %s is not \"global\", a country (IN) or a region (IN-MH); allowed: %s", quoteTrunc(scope), strings.Join(capAllowed(cat.scopeNames), ", "))
-	case !cat.scopes[scope]:
-		return q, badParam("scope", capAllowed(cat.scopeNames), "parameter \"scope\": unknown scope %q; allowed: %s", scope, strings.Join(capAllowed(cat.scopeNames), ", "))
+	typ, scope, aerr = parseTypeScope(typ, scope, seen[0], seen[1], cat)
+	if aerr != nil {
+		return q, aerr
 	}
 	if !seen[2] || !schemas.Window(window).Valid() {
 		what := "is required"
@@ -94,6 +80,29 @@ func parseTopQuery(raw string, cat *catalog) (topQuery, *apiError) {
 	}
 	q.key = schemas.ListKey{Type: typ, Scope: scope, Window: schemas.Window(window)}
 	return q, nil
+}
+
+// parseTypeScope validates the type and scope parameters of a list read
+// (/v1/top, /v1/trending) against the catalog; scope defaults to global.
+func parseTypeScope(typ, scope string, seenType, seenScope bool, cat *catalog) (string, string, *apiError) {
+	switch {
+	case !seenType || typ == "":
+		return "", "", badParam("type", capAllowed(cat.typeNames), "parameter \"type\" is required; allowed: %s", strings.Join(capAllowed(cat.typeNames), ", "))
+	case !schemas.IsType(typ):
+		return "", "", badParam("type", capAllowed(cat.typeNames), "parameter \"type\": %s is not an item type ([a-z][a-z0-9_]{0,31}); allowed: %s", quoteTrunc(typ), strings.Join(capAllowed(cat.typeNames), ", "))
+	case !cat.types[typ]:
+		return "", "", badParam("type", capAllowed(cat.typeNames), "parameter \"type\": unknown type %q; allowed: %s", typ, strings.Join(capAllowed(cat.typeNames), ", "))
+	}
+	if !seenScope {
+		scope = schemas.ScopeGlobal
+	}
+	switch {
+	case !schemas.IsScope(scope):
+		return "", "", badParam("scope", capAllowed(cat.scopeNames), "parameter \"scope\": %s is not \"global\", a country (IN) or a region (IN-MH); allowed: %s", quoteTrunc(scope), strings.Join(capAllowed(cat.scopeNames), ", "))
+	case !cat.scopes[scope]:
+		return "", "", badParam("scope", capAllowed(cat.scopeNames), "parameter \"scope\": unknown scope %q; allowed: %s", scope, strings.Join(capAllowed(cat.scopeNames), ", "))
+	}
+	return typ, scope, nil
 }
 
 // parseK accepts 1..MaxK in plain decimal: no sign, no spaces, no leading
@@ -243,7 +252,7 @@ func (s *Server) handleLists(w http.ResponseWriter, r *http.Request) error {
 		v := cat.lists[k].cur.Load()
 		out.Lists = append(out.Lists, listInfo{
 			Type: k.Type, Scope: k.Scope, Window: k.Window, Version: v.list.Version, AsOf: v.list.AsOf,
-			Items: len(v.list.Items), Stale: v.list.Stale || now.Sub(v.seenAt) > s.cfg.StaleAfter,
+			Items: v.items(), Stale: v.list.Stale || now.Sub(v.seenAt) > s.cfg.StaleAfter,
 		})
 	}
 	writeJSON(w, http.StatusOK, out)

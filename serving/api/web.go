@@ -6,8 +6,8 @@ import (
 	"strconv"
 )
 
-// page is the trending shelf: a static page that calls /v1/lists and
-// /v1/top (no build step).
+// page is the trending shelf: a static page that calls /v1/lists, /v1/top
+// and /v1/trending (no build step).
 //
 //go:embed web/index.html
 var page []byte

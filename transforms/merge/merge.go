@@ -169,6 +169,7 @@ func Build(sm *summary.Summary, key schemas.ListKey, asOf time.Time, k, n int) *
 		CertifiedK:   ans.CertifiedK,
 		Complete:     ans.CertifiedK >= k || (ans.CertifiedK == len(sm.Entries) && sm.Theta == 0),
 		Version:      asOf.Unix(),
+		Total:        sm.Total,
 		Items:        make([]schemas.Entry, len(ans.Entries)),
 	}
 	for i, e := range ans.Entries {

@@ -1,4 +1,5 @@
 // Package publish is the fast path's last step: it writes every list version
+// (top lists, and trending lists under window "trending": schemas.Trending)
 // to Redis as a new immutable blob and moves the list's pointer in one atomic
 // step (liststore: a Lua script), and optionally to files
 // DIR/{type}/{scope}/{window}/{as_of unix ms}.json. A list's version is its
@@ -13,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -79,23 +81,40 @@ func (fn *publishFn) Teardown() {
 	}
 }
 
-func (fn *publishFn) ProcessElement(ctx context.Context, key string, blob []byte) error {
+// decodeBlob checks a list blob, a top list or, under a key ending in
+// ":trending", a trending list, and returns its key, version and as_of.
+func decodeBlob(key string, blob []byte) (schemas.ListKey, int64, time.Time, error) {
+	if strings.HasSuffix(key, ":"+string(schemas.WindowTrending)) {
+		t, err := schemas.UnmarshalTrending(blob)
+		if err != nil {
+			return schemas.ListKey{}, 0, time.Time{}, err
+		}
+		return t.Key(), t.Version, t.AsOf, nil
+	}
 	l, err := schemas.UnmarshalList(blob)
+	if err != nil {
+		return schemas.ListKey{}, 0, time.Time{}, err
+	}
+	return l.Key(), l.Version, l.AsOf, nil
+}
+
+func (fn *publishFn) ProcessElement(ctx context.Context, key string, blob []byte) error {
+	k, version, asOf, err := decodeBlob(key, blob)
 	if err != nil {
 		return fmt.Errorf("publish %s: %w", key, err)
 	}
 	if fn.store != nil {
-		moved, err := fn.store.PublishRaw(ctx, l.Key(), l.Version, blob)
+		moved, err := fn.store.PublishRaw(ctx, k, version, blob)
 		if err != nil {
-			return fmt.Errorf("publish %s v%d: %w", key, l.Version, err)
+			return fmt.Errorf("publish %s v%d: %w", key, version, err)
 		}
 		if moved {
 			listsMoved.Inc(ctx, 1)
 		}
 	}
 	if fn.ListsOut != "" {
-		dir := filepath.Join(fn.ListsOut, l.Type, l.Scope, string(l.Window))
-		if err := writeFileAtomic(dir, strconv.FormatInt(l.AsOf.UnixMilli(), 10)+".json", blob); err != nil {
+		dir := filepath.Join(fn.ListsOut, k.Type, k.Scope, string(k.Window))
+		if err := writeFileAtomic(dir, strconv.FormatInt(asOf.UnixMilli(), 10)+".json", blob); err != nil {
 			return fmt.Errorf("publish %s: %w", key, err)
 		}
 	}

@@ -221,6 +221,7 @@ func (s *Store) writeList(ctx context.Context, hour time.Time, seg []entry, dept
 		isOld[e.Item] = true
 	}
 	hourTop, best := newCollector(depth), newCollector(limit)
+	var hourTotal int64 // the list's events in the hour (trend baselines)
 	touched := map[string]int64{}
 	b := &bulk{s: s}
 	type state struct{ total, cell int64 }
@@ -255,6 +256,7 @@ func (s *Store) writeList(ctx context.Context, hour time.Time, seg []entry, dept
 				return fmt.Errorf("store: all-time total of %s/%s/%s would be %d", id.typ, id.scope, e.key.item, total)
 			}
 			hourTop.add(e.key.item, e.n)
+			hourTotal += e.n
 			best.add(e.key.item, total)
 			if isOld[e.key.item] {
 				touched[e.key.item] = total
@@ -287,6 +289,7 @@ func (s *Store) writeList(ctx context.Context, hour time.Time, seg []entry, dept
 		m := bigtable.NewMutation()
 		m.Set(famC, "blob", cellTS, encodeList(top))
 		setInt(m, famC, "rest", hourTop.rest)
+		setInt(m, famC, "total", hourTotal)
 		err = s.tbl.Apply(ctx, topRow(hour, id), m)
 	} else {
 		err = s.tbl.Apply(ctx, topRow(hour, id), deleteRow())

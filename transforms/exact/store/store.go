@@ -21,7 +21,7 @@
 // %25 and %23, so a prefix always ends on a component boundary):
 //
 //	a#{type}#{scope}#{item}          c:n l:{hour}...  all-time total; l:{hour} = exact count in that hour
-//	t#{hour}#{type}#{scope}#         c:blob c:rest    the hour's top items of the list, rank order; rest = largest count not in it
+//	t#{hour}#{type}#{scope}#         c:blob c:rest c:total  the hour's top items of the list, rank order; rest = largest count not in it; total = the list's events in the hour
 //	x#{hour}#{bucket}                c:blob           index: every (type, scope, item) the hour has a count for
 //	c#{type}#{scope}#{window}        c:blob c:until c:cap   exact top candidates (window 24h or all)
 //	w#{hour}                         c:at             the hour is fully recounted (hourly, 24h, all-time)

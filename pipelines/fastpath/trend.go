@@ -1,0 +1,41 @@
+package fastpath
+
+import (
+	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+
+	"github.com/topk-dev/topk/transforms/publish"
+	"github.com/topk-dev/topk/transforms/stitch"
+	"github.com/topk-dev/topk/transforms/trend/trendbeam"
+)
+
+// TrendConfig is the trending step's default configuration, reading older
+// history from the exact tables when exact names them (Config.Exact; zero:
+// the job's own history only).
+func TrendConfig(exact stitch.StoreConfig) trendbeam.Config {
+	c := trendbeam.DefaultConfig()
+	c.Store = exact
+	return c
+}
+
+// PublishTrending scores the 5-minute lists (merge.Lists' output for
+// schemas.Window5m: KV<"type:scope:5m", list JSON>) into trending lists and
+// publishes them next to the top lists (Redis key window "trending", files
+// DIR/{type}/{scope}/trending/{as_of ms}.json). It returns the trending
+// lists. Call it once, from Build, with the 5m lists:
+//
+//	lists := merge.Lists(s, windowed, w, cfg.Lists)
+//	publish.Lists(s, lists, cfg.Publish)
+//	if w == schemas.Window5m {
+//		PublishTrending(s, lists, TrendConfig(cfg.Exact), cfg.Publish)
+//	}
+//
+// Test walkers of ListsOut that decode every file as a top list
+// (replay_test.go's replay, window_test.go) must then skip
+// DIR/{type}/{scope}/trending/. TestTrendingReplay checks the wiring end to
+// end (it skips until Build calls this).
+func PublishTrending(s beam.Scope, lists5m beam.PCollection, tc trendbeam.Config, pc publish.Config) beam.PCollection {
+	s = s.Scope("fastpath.Trending")
+	out := trendbeam.Trending(s, lists5m, tc)
+	publish.Lists(s, out, pc)
+	return out
+}

@@ -1,0 +1,259 @@
+package trend
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"math/bits"
+	"slices"
+)
+
+// Binary state format, version 1 (what trendbeam keeps in Beam state; all
+// integers little-endian or varint):
+//
+//	"tr" 0x01                      magic and version
+//	uvarint hours                  hourly ring length the state was written with
+//	varint  last, first            Unix ms of the last input and of the earliest history
+//	byte    flags                  bit 0: History coverage was asked for
+//	uvarint total                  the last input's total
+//	ring    cut.recent, cut.hourly the list's cut shares
+//	uvarint n                      tracked items, sorted by name, each:
+//	  uvarint len, bytes name
+//	  byte    flags                bit 0: listed
+//	  float64 peak                 IEEE 754 bits, little-endian
+//	  varint  peakAt, seen
+//	  uvarint count
+//	  ring    recent (12), hourly (hours)
+//
+// A ring of n float32 is a bitmap of ceil(n/8) bytes (bit i set: slot i is
+// not zero) followed by the set slots' IEEE 754 bits, little-endian, in slot
+// order: young items cost a few bytes, a full week about 4 bytes a slot.
+//
+// When hours differs from the Config's, the hourly history is dropped (its
+// ring positions would mean other hours); everything else is kept.
+
+var magic = []byte{'t', 'r', 1}
+
+// ErrBadState wraps every state decoding error.
+var ErrBadState = errors.New("trend: bad state")
+
+// MarshalBinary encodes the scorer's state (format above).
+func (sc *Scorer) MarshalBinary() ([]byte, error) {
+	b := make([]byte, 0, 64+len(sc.items)*(48+4*len(sc.cut.hourly)/2))
+	b = append(b, magic...)
+	b = binary.AppendUvarint(b, uint64(len(sc.cut.hourly)))
+	b = binary.AppendVarint(b, sc.last)
+	b = binary.AppendVarint(b, sc.first)
+	var flags byte
+	if sc.coverageSet {
+		flags |= 1
+	}
+	b = append(b, flags)
+	b = binary.AppendUvarint(b, sc.total)
+	b = appendRing(b, sc.cut.recent[:])
+	b = appendRing(b, sc.cut.hourly)
+	names := make([]string, 0, len(sc.items))
+	for n := range sc.items {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	b = binary.AppendUvarint(b, uint64(len(names)))
+	for _, n := range names {
+		it := sc.items[n]
+		b = binary.AppendUvarint(b, uint64(len(n)))
+		b = append(b, n...)
+		var f byte
+		if it.listed {
+			f |= 1
+		}
+		b = append(b, f)
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(it.peak))
+		b = binary.AppendVarint(b, it.peakAt)
+		b = binary.AppendVarint(b, it.seen)
+		b = binary.AppendUvarint(b, it.count)
+		b = appendRing(b, it.recent[:])
+		b = appendRing(b, it.hourly)
+	}
+	return b, nil
+}
+
+func appendRing(b []byte, r []float32) []byte {
+	at := len(b)
+	b = append(b, make([]byte, (len(r)+7)/8)...)
+	for i, v := range r {
+		if v != 0 {
+			b[at+i/8] |= 1 << (i % 8)
+			b = binary.LittleEndian.AppendUint32(b, math.Float32bits(v))
+		}
+	}
+	return b
+}
+
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (r *reader) fail(what string) {
+	if r.err == nil {
+		r.err = fmt.Errorf("%w: %s", ErrBadState, what)
+	}
+}
+
+func (r *reader) uvarint(what string) uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.fail(what)
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) varint(what string) int64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(r.b)
+	if n <= 0 {
+		r.fail(what)
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) bytes(n int, what string) []byte {
+	if r.err != nil {
+		return nil
+	}
+	if n < 0 || len(r.b) < n {
+		r.fail(what)
+		return nil
+	}
+	v := r.b[:n]
+	r.b = r.b[n:]
+	return v
+}
+
+// ring reads a ring of n slots into dst when dst has n slots; otherwise it
+// skips it.
+func (r *reader) ring(n int, dst []float32, what string) {
+	bm := r.bytes((n+7)/8, what)
+	if r.err != nil {
+		return
+	}
+	set := 0
+	for _, x := range bm {
+		set += bits.OnesCount8(x)
+	}
+	if n%8 != 0 && bm[len(bm)-1]>>(n%8) != 0 {
+		r.fail(what + ": bits beyond the ring")
+		return
+	}
+	vals := r.bytes(4*set, what)
+	if r.err != nil {
+		return
+	}
+	keep := len(dst) == n
+	j := 0
+	for i := 0; i < n; i++ {
+		if bm[i/8]&(1<<(i%8)) == 0 {
+			continue
+		}
+		f := math.Float32frombits(binary.LittleEndian.Uint32(vals[j:]))
+		j += 4
+		if !(f > 0) || math.IsInf(float64(f), 0) {
+			r.fail(what + ": share not positive and finite")
+			return
+		}
+		if keep {
+			dst[i] = f
+		}
+	}
+}
+
+// Decode rebuilds a scorer of list (typ, scope) from MarshalBinary's
+// output, under cfg (which is not stored). Arbitrary bytes give an error,
+// never a panic.
+func Decode(typ, scope string, cfg Config, data []byte) (*Scorer, error) {
+	sc := New(typ, scope, cfg)
+	r := &reader{b: data}
+	if m := r.bytes(len(magic), "magic"); r.err != nil || string(m) != string(magic) {
+		return nil, fmt.Errorf("%w: magic or version", ErrBadState)
+	}
+	hours := r.uvarint("hours")
+	if r.err == nil && (hours < 1 || hours > 24*31) {
+		r.fail("hours")
+	}
+	sc.last = r.varint("last")
+	sc.first = r.varint("first")
+	flags := r.bytes(1, "flags")
+	if r.err == nil {
+		if flags[0]&^1 != 0 {
+			r.fail("flags")
+		}
+		sc.coverageSet = flags[0]&1 != 0
+	}
+	sc.total = r.uvarint("total")
+	r.ring(recentSlots, sc.cut.recent[:], "cut recent")
+	r.ring(int(hours), sc.cut.hourly, "cut hourly")
+	n := r.uvarint("items")
+	if r.err == nil && n > uint64(len(r.b)) {
+		r.fail("item count")
+	}
+	// One slab for every item's hourly ring: one allocation, not one per
+	// item (n is bounded by the bytes left, checked above).
+	slab := make([]float32, min(n, uint64(cfg.MaxItems))*uint64(cfg.Hours))
+	var prev string
+	for i := uint64(0); i < n && r.err == nil; i++ {
+		name := string(r.bytes(int(min(r.uvarint("name length"), math.MaxInt32)), "name"))
+		if r.err == nil && (name == "" || (i > 0 && name <= prev)) {
+			r.fail("names not sorted and unique")
+		}
+		prev = name
+		var hourly []float32
+		if len(slab) >= cfg.Hours {
+			hourly, slab = slab[:cfg.Hours:cfg.Hours], slab[cfg.Hours:]
+		} else {
+			hourly = make([]float32, cfg.Hours) // past the cap: read and dropped
+		}
+		it := &item{name: name, hourly: hourly}
+		f := r.bytes(1, "item flags")
+		if r.err == nil {
+			if f[0]&^1 != 0 {
+				r.fail("item flags")
+			}
+			it.listed = f[0]&1 != 0
+		}
+		pb := r.bytes(8, "peak")
+		if r.err == nil {
+			it.peak = math.Float64frombits(binary.LittleEndian.Uint64(pb))
+			if !(it.peak >= 0) || math.IsInf(it.peak, 0) {
+				r.fail("peak")
+			}
+		}
+		it.peakAt = r.varint("peak time")
+		it.seen = r.varint("seen")
+		it.count = r.uvarint("count")
+		r.ring(recentSlots, it.recent[:], "recent")
+		r.ring(int(hours), it.hourly, "hourly")
+		if r.err == nil {
+			if len(sc.items) >= cfg.MaxItems {
+				continue // a smaller cap than the state was written with
+			}
+			sc.items[name] = it
+		}
+	}
+	if r.err == nil && len(r.b) != 0 {
+		r.fail("trailing bytes")
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	return sc, nil
+}

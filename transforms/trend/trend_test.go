@@ -1,0 +1,412 @@
+package trend
+
+import (
+	"context"
+	"math"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/topk-dev/topk/schemas"
+)
+
+var t0 = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+
+const tick = 10 * time.Second
+
+// viral is the ramp: from nothing to frac of the background's
+// rate over 5 minutes from start, holding for hold, then halving every 3
+// minutes.
+func viral(bgRate, frac float64, start time.Time, hold time.Duration) func(time.Time) float64 {
+	top := bgRate * frac
+	return func(t time.Time) float64 {
+		switch d := t.Sub(start); {
+		case d < 0:
+			return 0
+		case d < 5*time.Minute:
+			return top * float64(d) / float64(5*time.Minute)
+		case d < 5*time.Minute+hold:
+			return top
+		default:
+			return top * math.Exp2(-float64(d-5*time.Minute-hold)/float64(3*time.Minute))
+		}
+	}
+}
+
+func rankOf(l *schemas.Trending, item string) int {
+	for _, e := range l.Items {
+		if e.Item == item {
+			return e.Rank
+		}
+	}
+	return 0
+}
+
+func checkList(t *testing.T, l *schemas.Trending) {
+	t.Helper()
+	raw, err := schemas.MarshalTrending(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := schemas.UnmarshalTrending(raw); err != nil {
+		t.Fatalf("list at %s does not check: %v", l.AsOf, err)
+	}
+}
+
+// TestViralRampOverZipf: a viral item ramping to 5% of the traffic over 5
+// minutes, after 30 minutes of a steady Zipf background, is rank 1 within 2
+// minutes of its ramp's end and stays listed for at least one half-life
+// after its peak (decayed peak); the background's top 10 (constant shares)
+// never enter the top 20 after the warm-up; the list is empty during the
+// warm-up and every list passes schemas' checks.
+func TestViralRampOverZipf(t *testing.T) {
+	if testing.Short() {
+		t.Skip("3 simulated hours")
+	}
+	const rate = 200.0
+	w := newWorld(1, 2000, rate)
+	rampStart := t0.Add(30 * time.Minute)
+	w.special["viral"] = viral(rate, 0.05, rampStart, 10*time.Minute)
+	cfg := DefaultConfig()
+	sc := New("hashtag", "IN-MH", cfg)
+	top10 := w.bg[:10]
+
+	rampEnd := rampStart.Add(5 * time.Minute)
+	var firstRank1 time.Time
+	var peakAt time.Time
+	lastListed := time.Time{}
+	end := rampEnd.Add(10*time.Minute + cfg.HalfLife + 15*time.Minute)
+	for now := t0.Add(tick); !now.After(end); now = now.Add(tick) {
+		w.step(now)
+		l, err := sc.Step(context.Background(), w.input(now, 1100), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if now.Sub(t0) < cfg.WarmUp {
+			if len(l.Items) != 0 {
+				t.Fatalf("%s: warm-up list has %d items", now, len(l.Items))
+			}
+			continue
+		}
+		if now.Sub(t0) == cfg.WarmUp || now.Equal(end) {
+			checkList(t, l)
+		}
+		for _, it := range top10 {
+			if r := rankOf(l, it); r >= 1 && r <= 20 {
+				t.Fatalf("%s: evergreen %s is trending at rank %d: %+v", now, it, r, l.Items[r-1])
+			}
+		}
+		r := rankOf(l, "viral")
+		if r == 1 && firstRank1.IsZero() {
+			firstRank1 = now
+		}
+		if r > 0 {
+			lastListed = now
+			peakAt = l.Items[r-1].PeakAt
+		}
+	}
+	if firstRank1.IsZero() || firstRank1.After(rampEnd.Add(2*time.Minute)) {
+		t.Fatalf("viral first rank 1 at %s, want by %s", firstRank1, rampEnd.Add(2*time.Minute))
+	}
+	if peakAt.IsZero() || lastListed.Before(peakAt.Add(cfg.HalfLife)) {
+		t.Fatalf("viral peaked at %s, last listed at %s: want listed until at least %s", peakAt, lastListed, peakAt.Add(cfg.HalfLife))
+	}
+	t.Logf("viral rank 1 at ramp end %+v, peak at %s, listed until %s; tracked items %d", firstRank1.Sub(rampEnd), peakAt.Format(time.TimeOnly), lastListed.Format(time.TimeOnly), sc.Len())
+}
+
+// TestReference: over a shorter run with a ramp, every list (items, ranks,
+// scores, count_5m, baseline_5m) equals an independent computation from the
+// raw events' 5-minute windows (world_test.go's reference: flat history, no
+// rings), with the list truncated so that the cut matters.
+func TestReference(t *testing.T) {
+	const rate = 100.0
+	w := newWorld(2, 500, rate)
+	w.special["spike"] = viral(rate, 0.04, t0.Add(22*time.Minute), 4*time.Minute)
+	w.special["slow"] = func(t time.Time) float64 { return rate * 0.002 * float64(t.Sub(t0)) / float64(time.Hour) }
+	cfg := DefaultConfig()
+	cfg.Hours = 2
+	cfg.HalfLife = 10 * time.Minute
+	cfg.Enter, cfg.Leave = 2e-4, 1e-4
+	cfg.Size = 30
+	sc := New("hashtag", "global", cfg)
+	ref := newReference(cfg)
+	listed := 0
+	for now := t0.Add(tick); !now.After(t0.Add(75 * time.Minute)); now = now.Add(tick) {
+		w.step(now)
+		in := w.input(now, 80)
+		l, err := sc.Step(context.Background(), in, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := ref.add(in)
+		if len(l.Items) != len(want) {
+			t.Fatalf("%s: %d items, reference %d\ngot  %+v\nwant %+v", now, len(l.Items), len(want), l.Items, want)
+		}
+		for i, e := range l.Items {
+			x := want[i]
+			if e.Item != x.item || e.Count5m != x.count || !close(e.Score, x.score) || !close(e.Baseline5m, x.base) {
+				t.Fatalf("%s rank %d: got %+v, reference %+v", now, i+1, e, x)
+			}
+		}
+		listed += len(l.Items)
+	}
+	if listed == 0 {
+		t.Fatal("nothing was ever listed: the comparison is vacuous")
+	}
+}
+
+func close(a, b float64) bool { return math.Abs(a-b) <= 1e-12+1e-9*math.Abs(b) }
+
+// TestFloor: over a small steady background, after the warm-up, a
+// brand-new item with 3 events in its first 5-minute window does not trend
+// (minimum volume; its floor is "three an hour") and one with 300 does, at
+// rank 1, both with a full list (every item listed: baseline = the floor,
+// 0.25 events) and with a truncated one (baseline = the list's cut).
+func TestFloor(t *testing.T) {
+	for _, listLen := range []int{0, 150} {
+		w := newWorld(3, 300, 100)
+		cfg := DefaultConfig()
+		sc := New("hashtag", "global", cfg)
+		var in Input
+		now := t0
+		var maxCut float64 // the largest cut share of the earlier slots
+		for now = t0.Add(tick); !now.After(t0.Add(30 * time.Minute)); now = now.Add(tick) {
+			w.step(now)
+			in = w.input(now, listLen)
+			if listLen > 0 && now.Before(t0.Add(30*time.Minute)) {
+				maxCut = max(maxCut, float64(float32(float64(in.Items[listLen-1].Count)/float64(in.Total))))
+			}
+			if _, err := sc.Step(context.Background(), in, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		w.step(now)
+		in = w.input(now, listLen)
+		in.Items = append(in.Items, Count{"few", 3}, Count{"many", 300})
+		in.Total += 303
+		l, err := sc.Step(context.Background(), in, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rankOf(l, "few") != 0 {
+			t.Errorf("list %d: 3 events of a new item trend: %+v", listLen, l.Items)
+		}
+		if r := rankOf(l, "many"); r != 1 {
+			t.Fatalf("list %d: 300 events of a new item are at rank %d: %+v", listLen, r, l.Items)
+		}
+		e := l.Items[0]
+		wantBase := 0.25
+		if listLen > 0 {
+			wantBase = maxCut * float64(in.Total)
+		}
+		if !close(e.Baseline5m, wantBase) || e.Count5m != 300 {
+			t.Errorf("list %d: many = %+v, want count 300 and baseline %v", listLen, e, wantBase)
+		}
+		t.Logf("list %d: %+v", listLen, e)
+	}
+}
+
+// TestHysteresis: an item whose live score alternates between above Enter
+// and between Leave and Enter on consecutive lists (peaks decay within a
+// tick here, so only hysteresis can hold it) enters once and never leaves
+// while it oscillates; with Leave = Enter the same input flickers, which
+// shows the test has teeth.
+func TestHysteresis(t *testing.T) {
+	run := func(leave float64) (transitions, lowTicks int) {
+		cfg := DefaultConfig()
+		cfg.WarmUp = 0
+		cfg.HalfLife = time.Millisecond
+		cfg.Enter, cfg.Leave = 1.5e-3, leave
+		sc := New("video", "global", cfg)
+		const total = 1_000_000
+		in := false
+		for i := 0; i < 6*30; i++ {
+			now := t0.Add(time.Duration(i+1) * tick)
+			k := float64((i + 1) / 30) // the tick's 5-minute slot: the share grows 1.2x a slot
+			a := 0.05
+			if i%2 == 1 {
+				a = -0.05
+			}
+			c := uint64(math.Round(10000 * math.Pow(1.2, k) * (1 + a)))
+			l, err := sc.Step(context.Background(), Input{AsOf: now, Total: total, Items: []Count{{"x", c}, {"steady", 5000}}}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if k >= 1 && Live(cfg, c, total, 10000*math.Pow(1.2, k-1)*1.05/total) < cfg.Enter {
+				lowTicks++
+			}
+			nowIn := rankOf(l, "x") > 0
+			if i > 0 && nowIn != in {
+				transitions++
+			}
+			in = nowIn
+		}
+		return transitions, lowTicks
+	}
+	tr, low := run(5e-4)
+	if low < 50 {
+		t.Fatalf("only %d ticks below Enter: the input does not oscillate", low)
+	}
+	if tr != 0 {
+		t.Errorf("with hysteresis: %d transitions after entering, want 0", tr)
+	}
+	if tr, _ := run(1.5e-3); tr < 10 {
+		t.Errorf("without hysteresis: %d transitions, want the item to flicker", tr)
+	}
+}
+
+// TestBoundedState: a spam wave of fresh keys (a new full list of junk
+// every tick) never grows the tracked items beyond MaxItems, and a listed
+// trend survives it.
+func TestBoundedState(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.WarmUp = 0
+	cfg.MaxItems = 300
+	sc := New("video", "global", cfg)
+	for i := 0; i < 200; i++ {
+		now := t0.Add(time.Duration(i+1) * tick)
+		in := Input{AsOf: now, Total: 1_000_000}
+		if i < 5 {
+			in.Items = append(in.Items, Count{"trend", uint64(50_000)})
+		}
+		for j := 0; j < 100; j++ {
+			in.Items = append(in.Items, Count{Item: "junk-" + itoa(i) + "-" + itoa(j), Count: 25})
+		}
+		l, err := sc.Step(context.Background(), in, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sc.Len() > cfg.MaxItems {
+			t.Fatalf("tick %d: %d tracked items, cap %d", i, sc.Len(), cfg.MaxItems)
+		}
+		if rankOf(l, "trend") != 1 {
+			t.Fatalf("tick %d: the trend was evicted or unlisted: %+v", i, l.Items[:min(3, len(l.Items))])
+		}
+	}
+}
+
+func itoa(i int) string {
+	return string(rune('a'+i/26/26%26)) + string(rune('a'+i/26%26)) + string(rune('a'+i%26))
+}
+
+// TestStaleInput: an input not after the last is refused and changes
+// nothing.
+func TestStaleInput(t *testing.T) {
+	sc := New("video", "global", DefaultConfig())
+	if _, err := sc.Observe(Input{AsOf: t0, Total: 10, Items: []Count{{"a", 10}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sc.Observe(Input{AsOf: t0, Total: 10, Items: []Count{{"b", 10}}}); err == nil {
+		t.Fatal("same as_of accepted")
+	}
+	if sc.Len() != 1 {
+		t.Fatalf("stale input changed the state: %d items", sc.Len())
+	}
+}
+
+// TestEncodeRoundTrip: a scorer decoded from its encoding continues exactly
+// as the original (same lists), and encodes to the same bytes.
+func TestEncodeRoundTrip(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.WarmUp = 5 * time.Minute
+	w := newWorld(4, 300, 100)
+	w.special["v"] = viral(100, 0.05, t0.Add(10*time.Minute), 3*time.Minute)
+	a := New("video", "IN", cfg)
+	var b *Scorer
+	for i := 0; i < 180; i++ {
+		now := t0.Add(time.Duration(i+1) * tick)
+		w.step(now)
+		in := w.input(now, 100)
+		la, err := a.Step(context.Background(), in, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 90 {
+			raw, _ := a.MarshalBinary()
+			if b, err = Decode("video", "IN", cfg, raw); err != nil {
+				t.Fatal(err)
+			}
+			again, _ := b.MarshalBinary()
+			if string(again) != string(raw) {
+				t.Fatal("decode-encode changed the bytes")
+			}
+			continue
+		}
+		if b != nil {
+			lb, err := b.Step(context.Background(), in, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ja, _ := schemas.MarshalTrending(la)
+			jb, _ := schemas.MarshalTrending(lb)
+			if string(ja) != string(jb) {
+				t.Fatalf("tick %d: decoded scorer diverged\n%s\n%s", i, ja, jb)
+			}
+		}
+	}
+	raw, _ := a.MarshalBinary()
+	t.Logf("state: %d items, %d bytes", a.Len(), len(raw))
+}
+
+// FuzzDecode: arbitrary bytes decode to an error or to a state that
+// re-encodes to the same bytes; never a panic.
+func FuzzDecode(f *testing.F) {
+	cfg := DefaultConfig()
+	cfg.WarmUp = 0
+	sc := New("video", "IN", cfg)
+	for i := 0; i < 40; i++ {
+		sc.Step(context.Background(), Input{AsOf: t0.Add(time.Duration(i) * time.Minute), Total: 1000, Items: []Count{{"a", uint64(10 + i*i)}, {"b", 50}}}, nil)
+	}
+	raw, _ := sc.MarshalBinary()
+	f.Add(raw)
+	f.Add([]byte("tr\x01"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		d, err := Decode("video", "IN", cfg, data)
+		if err != nil {
+			return
+		}
+		again, err := d.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d2, err := Decode("video", "IN", cfg, again); err != nil || d2.Len() != d.Len() {
+			t.Fatalf("re-decode: %v", err)
+		}
+		_ = slices.Clone(again)
+	})
+}
+
+// TestSeasonal: with a week of hourly history seeded, an item that had 5%
+// of the list yesterday at 20:00 does not trend at 20:00 today by default
+// (the week's maximum) but does with Seasonal (last week's 20:00 was
+// quiet); an item that had 5% a week ago at 20:00 trends in neither.
+func TestSeasonal(t *testing.T) {
+	now := time.Date(2026, 11, 30, 20, 5, 0, 0, time.UTC)
+	for _, seasonal := range []bool{false, true} {
+		cfg := DefaultConfig()
+		cfg.Seasonal = seasonal
+		sc := New("hashtag", "global", cfg)
+		in := Input{AsOf: now, Total: 100_000, Items: []Count{{"yesterday", 5000}, {"lastweek", 5000}, {"steady", 1000}}}
+		added, err := sc.Observe(in)
+		if err != nil || len(added) != 3 {
+			t.Fatal(added, err)
+		}
+		at20 := time.Date(2026, 11, 30, 20, 0, 0, 0, time.UTC)
+		sc.Seed("yesterday", map[time.Time]float64{at20.Add(-24 * time.Hour): 0.05})
+		sc.Seed("lastweek", map[time.Time]float64{at20.Add(-7 * 24 * time.Hour): 0.05})
+		sc.Seed("steady", map[time.Time]float64{at20.Add(-time.Hour): 0.01})
+		sc.SeedCoverage(at20.Add(-7 * 24 * time.Hour))
+		l := sc.List()
+		if got := rankOf(l, "yesterday") > 0; got != seasonal {
+			t.Errorf("seasonal=%v: yesterday's item trending = %v: %+v", seasonal, got, l.Items)
+		}
+		if rankOf(l, "lastweek") > 0 || rankOf(l, "steady") > 0 {
+			t.Errorf("seasonal=%v: last week's or the steady item trends: %+v", seasonal, l.Items)
+		}
+	}
+	bad := DefaultConfig()
+	bad.Seasonal, bad.Hours = true, 168
+	if bad.Validate() == nil {
+		t.Error("seasonal with 168 hours validated")
+	}
+}

@@ -1,0 +1,168 @@
+package trendbeam
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/passert"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/ptest"
+
+	"github.com/topk-dev/topk/internal/redisx"
+	"github.com/topk-dev/topk/schemas"
+	"github.com/topk-dev/topk/transforms/publish"
+	"github.com/topk-dev/topk/transforms/publish/liststore"
+	"github.com/topk-dev/topk/transforms/trend"
+)
+
+// Pipelines in these tests run on Prism in-process (ptest's default runner).
+func TestMain(m *testing.M) { ptest.Main(m) }
+
+func init() {
+	register.Function2x0[string, func(beam.EventTime, string, []byte)](unpackFn)
+	register.Function2x2[string, []byte, string, error](formatFn)
+}
+
+// unpackFn turns "ms\x00key\x00blob" into KV<key, blob> at event time ms-1,
+// as merge.Lists' panes are stamped inside their window.
+func unpackFn(s string, emit func(beam.EventTime, string, []byte)) {
+	parts := strings.SplitN(s, "\x00", 3)
+	var ms int64
+	fmt.Sscan(parts[0], &ms)
+	emit(beam.EventTime(ms-1), parts[1], []byte(parts[2]))
+}
+
+func formatFn(k string, v []byte) (string, error) { return k + " " + string(v), nil }
+
+var t0 = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+
+// lists5m builds the 5-minute lists of two scopes every 10 s for 40
+// minutes: a steady set of items, and in IN an item that jumps at minute 25.
+func lists5m() map[string][]*schemas.List {
+	out := map[string][]*schemas.List{}
+	for i := 1; i <= 240; i++ {
+		at := t0.Add(time.Duration(i) * 10 * time.Second)
+		for _, scope := range []string{"global", "IN"} {
+			l := &schemas.List{Type: "hashtag", Scope: scope, Window: schemas.Window5m, AsOf: at, Version: at.Unix(), Complete: true}
+			counts := map[string]uint64{}
+			for j := 0; j < 30; j++ {
+				counts[fmt.Sprintf("s%02d", j)] = uint64(3000/(j+1) + (i*7+j*13)%11)
+			}
+			if scope == "IN" && at.After(t0.Add(25*time.Minute)) {
+				counts["jump"] = uint64(math.Min(float64(at.Sub(t0.Add(25*time.Minute))/time.Second)*4, 1200))
+			}
+			names := make([]string, 0, len(counts))
+			for it := range counts {
+				names = append(names, it)
+			}
+			slices.SortFunc(names, func(a, b string) int {
+				if counts[a] != counts[b] {
+					if counts[a] > counts[b] {
+						return -1
+					}
+					return 1
+				}
+				return strings.Compare(a, b)
+			})
+			for r, it := range names {
+				l.Items = append(l.Items, schemas.Entry{Rank: r + 1, Item: it, Count: counts[it], Lower: counts[it]})
+				l.Total += counts[it]
+			}
+			l.Total += 5000 // events of items below the list
+			l.CertifiedK = len(l.Items)
+			out[scope] = append(out[scope], l)
+		}
+	}
+	return out
+}
+
+// TestTrendingOnPrism: the stateful wrapper, fed every 10 s list of two
+// scopes in reverse order, emits exactly the lists the pure scorer gives
+// for the on-cadence (whole-minute) lists in as_of order, under
+// "type:scope:trending"; through publish.Lists they land in Redis (REDIS_ADDR
+// or miniredis) behind the list's pointer and in the file sink as
+// DIR/{type}/{scope}/trending/{as_of ms}.json.
+func TestTrendingOnPrism(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Trend.WarmUp = 10 * time.Minute
+	all := lists5m()
+	var packed, want []string
+	var lastAsOf time.Time
+	for _, scope := range []string{"global", "IN"} {
+		sc := trend.New("hashtag", scope, cfg.Trend)
+		for _, l := range all[scope] {
+			blob, err := schemas.MarshalList(l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			packed = append(packed, fmt.Sprintf("%d\x00%s\x00%s", l.AsOf.UnixMilli(), l.Key(), blob))
+			if l.AsOf.UnixMilli()%cfg.Every.Milliseconds() != 0 {
+				continue
+			}
+			out, err := sc.Step(context.Background(), trend.InputFromList(l), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			js, _ := schemas.MarshalTrending(out)
+			want = append(want, out.Key().String()+" "+string(js))
+			lastAsOf = l.AsOf
+			if scope == "IN" && l.AsOf.Equal(t0.Add(40*time.Minute)) && (len(out.Items) == 0 || out.Items[0].Item != "jump") {
+				t.Fatalf("the reference run does not list the jump: %+v", out.Items)
+			}
+		}
+	}
+	slices.Reverse(packed)
+
+	conn, err := redisx.Connect(context.Background(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	prefix := fmt.Sprintf("topktest:trend:%d", time.Now().UnixNano())
+	defer func() { // never a FLUSH: the test's keys only
+		ctx := context.Background()
+		iter := conn.Client.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+		for iter.Next(ctx) {
+			conn.Client.Del(ctx, iter.Val())
+		}
+	}()
+	dir := t.TempDir()
+
+	p, s := beam.NewPipelineWithRoot()
+	in := beam.ParDo(s, unpackFn, beam.CreateList(s, packed))
+	got := Trending(s, in, cfg)
+	passert.Equals(s, beam.ParDo(s, formatFn, got), beam.CreateList(s, want))
+	publish.Lists(s, got, publish.Config{RedisAddr: conn.Addr, RedisPrefix: prefix, ListsOut: dir})
+	if err := ptest.Run(p); err != nil {
+		t.Fatal(err)
+	}
+
+	st := liststore.New(conn.Client, liststore.Options{Prefix: prefix})
+	for _, scope := range []string{"global", "IN"} {
+		k := schemas.ListKey{Type: "hashtag", Scope: scope, Window: schemas.WindowTrending}
+		raw, v, err := st.Current(context.Background(), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tl, err := schemas.UnmarshalTrending(raw)
+		if err != nil || v != lastAsOf.Unix() || !tl.AsOf.Equal(lastAsOf) {
+			t.Fatalf("%s: current v%d %v (%v), want v%d", k, v, tl, err, lastAsOf.Unix())
+		}
+		f := filepath.Join(dir, "hashtag", scope, "trending", fmt.Sprint(lastAsOf.UnixMilli())+".json")
+		if b, err := os.ReadFile(f); err != nil || string(b) != string(raw) {
+			t.Fatalf("file sink %s: %v", f, err)
+		}
+		files, _ := os.ReadDir(filepath.Dir(f))
+		if len(files) != 40 {
+			t.Errorf("%s: %d files, want 40 (one a minute)", filepath.Dir(f), len(files))
+		}
+	}
+}
