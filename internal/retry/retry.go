@@ -132,7 +132,7 @@ func Transient(err error) bool {
 	if errors.As(err, &re) {
 		// A Redis that is starting, busy with a script, or failing over.
 		msg := re.Error()
-		for _, p := range []string{"LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN", "CLUSTERDOWN", "READONLY"} {
+		for _, p := range []string{"LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN", "CLUSTERDOWN", "READONLY", "OOM"} {
 			if strings.HasPrefix(msg, p) {
 				return true
 			}
