@@ -119,6 +119,8 @@ func parseAllFlags(fs *flag.FlagSet, args []string) (api.Config, exactFlags, err
 	fs.DurationVar(&cfg.StaleAfter, "stale_after", 0, "mark a list stale when it has not moved for this long (default 2m)")
 	fs.DurationVar(&cfg.PollInterval, "poll_interval", 0, "poll Redis pointers this often besides pub/sub (default 5s)")
 	fs.StringVar(&cfg.KeyPrefix, "key_prefix", "topk", "Redis key prefix of the lists")
+	fs.DurationVar(&cfg.PublishTimeout, "publish_timeout", api.DefaultPublishTimeout, "ingest: answer 503 when Pub/Sub has not acknowledged a beacon within this (at most write_timeout - 3s)")
+	fs.DurationVar(&cfg.WriteTimeout, "write_timeout", api.DefaultWriteTimeout, "HTTP write timeout")
 	fs.StringVar(&types, "types", "", "comma-separated item types accepted before their first list is published")
 	fs.StringVar(&logLevel, "log_level", "info", "debug, info, warn or error")
 	fs.BoolVar(&ex.on, "exact", false, "serve /v1/charts/daily from the Bigtable exact tables (BIGTABLE_EMULATOR_HOST selects the emulator)")
