@@ -15,6 +15,10 @@
 // (--bigtable_project, --bigtable_instance): the official emulator when
 // BIGTABLE_EMULATOR_HOST is set (the table is created there if missing),
 // else Google Cloud with default credentials.
+// --removals_bigtable keeps the deny set of takedowns durably in the same
+// Bigtable table (Redis is its cache, refilled when it comes back empty);
+// "auto" (the default) turns it on when BIGTABLE_EMULATOR_HOST is set or
+// --local=false, and leaves takedowns in Redis only in plain local mode.
 //
 // It never imports Beam: `go list -deps ./serving | grep beam` prints nothing.
 package main
@@ -61,14 +65,19 @@ func main() {
 	redis.SetLogger(redisLogger{cfg.Logger})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if ex.on {
+	if ex.on || ex.removals {
 		st, err := openExact(ctx, ex)
 		if err != nil {
 			cfg.Logger.Error("serving failed", "err", err)
 			os.Exit(1)
 		}
 		defer st.Close()
-		cfg.Exact = st
+		if ex.on {
+			cfg.Exact = st
+		}
+		if ex.removals {
+			cfg.Removals = st
+		}
 	}
 	if err := api.Run(ctx, cfg); err != nil {
 		cfg.Logger.Error("serving failed", "err", err)
@@ -79,6 +88,7 @@ func main() {
 // exactFlags say whether and where to read the exact tables.
 type exactFlags struct {
 	on                bool
+	removals          bool // the durable deny set in Bigtable
 	project, instance string
 }
 
@@ -109,7 +119,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (api.Config, error) {
 func parseAllFlags(fs *flag.FlagSet, args []string) (api.Config, exactFlags, error) {
 	var cfg api.Config
 	var ex exactFlags
-	var types, logLevel string
+	var types, logLevel, removals string
 	fs.StringVar(&cfg.Addr, "addr", ":8080", "listen address")
 	fs.StringVar(&cfg.RedisAddr, "redis", "", "Redis address (default REDIS_ADDR, else an embedded Redis)")
 	fs.StringVar(&cfg.PubSubProject, "pubsub_project", "topk-local", "Pub/Sub project")
@@ -124,6 +134,7 @@ func parseAllFlags(fs *flag.FlagSet, args []string) (api.Config, exactFlags, err
 	fs.StringVar(&types, "types", "", "comma-separated item types accepted before their first list is published")
 	fs.StringVar(&logLevel, "log_level", "info", "debug, info, warn or error")
 	fs.BoolVar(&ex.on, "exact", false, "serve /v1/charts/daily from the Bigtable exact tables (BIGTABLE_EMULATOR_HOST selects the emulator)")
+	fs.StringVar(&removals, "removals_bigtable", "auto", "keep takedowns durably in Bigtable (true, false, or auto: when BIGTABLE_EMULATOR_HOST is set or --local=false)")
 	fs.StringVar(&ex.project, "bigtable_project", "topk-local", "Bigtable project of the exact tables")
 	fs.StringVar(&ex.instance, "bigtable_instance", "topk", "Bigtable instance of the exact tables")
 	if err := fs.Parse(args); err != nil {
@@ -131,6 +142,14 @@ func parseAllFlags(fs *flag.FlagSet, args []string) (api.Config, exactFlags, err
 	}
 	if fs.NArg() > 0 {
 		return cfg, ex, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	switch removals {
+	case "auto":
+		ex.removals = os.Getenv("BIGTABLE_EMULATOR_HOST") != "" || !cfg.Local
+	case "true", "false":
+		ex.removals = removals == "true"
+	default:
+		return cfg, ex, fmt.Errorf("--removals_bigtable=%q: want true, false or auto", removals)
 	}
 	for _, t := range strings.Split(types, ",") {
 		if t = strings.TrimSpace(t); t != "" {

@@ -71,6 +71,12 @@ type Config struct {
 	// answers 503 (exact tables not configured).
 	Exact *store.Store
 
+	// Removals is the durable deny set (takedowns) in Bigtable; it is used
+	// as is and never closed by the server (it may be the same store as
+	// Exact). Redis holds its cache (removals.go). Zero: takedowns live in
+	// Redis only and are lost with its data (local mode).
+	Removals *store.Store
+
 	// StaleAfter marks a list stale when this server has not seen it move
 	// for that long. Zero: 2 minutes.
 	StaleAfter time.Duration

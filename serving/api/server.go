@@ -105,6 +105,10 @@ func New(cfg Config) (*Server, error) {
 		bgCancel()
 		return nil, fmt.Errorf("serving: %w", err)
 	}
+	if err := s.startRemovals(ctx); err != nil {
+		bgCancel()
+		return nil, fmt.Errorf("serving: %w", err)
+	}
 	if err := s.load(ctx); err != nil {
 		bgCancel()
 		return nil, fmt.Errorf("serving: initial load: %w", err)
