@@ -12,7 +12,9 @@
 // With an emulator or fake (--pubsub_endpoint, default $PUBSUB_EMULATOR_HOST)
 // it first creates --topic and the subscription if they are missing (a new
 // subscription only receives what is published after it exists); on Google
-// Cloud (no endpoint) both must exist. Ctrl-C flushes, acknowledges and exits.
+// Cloud (no endpoint) both must exist. Pub/Sub outages are waited out (an
+// emulator that restarted gets its topic and subscription back). Ctrl-C
+// flushes, acknowledges and exits.
 package main
 
 import (
@@ -28,6 +30,7 @@ import (
 	"time"
 
 	"github.com/topk-dev/topk/internal/pubsubx"
+	"github.com/topk-dev/topk/internal/retry"
 	"github.com/topk-dev/topk/transforms/archive"
 )
 
@@ -94,12 +97,19 @@ func Run(ctx context.Context, f Flags) error {
 	}
 	defer client.Close()
 	if f.Endpoint != "" {
-		if err := pubsubx.EnsureTopic(ctx, client, f.Topic); err != nil {
+		// On an emulator the archiver creates what it reads, at start and
+		// again when a restarted emulator has lost it; an emulator that is
+		// not up yet is waited for.
+		ensure := func(ctx context.Context) error {
+			if err := pubsubx.EnsureTopic(ctx, client, f.Topic); err != nil {
+				return err
+			}
+			return pubsubx.EnsureSubscription(ctx, client, sub, f.Topic, 60)
+		}
+		if _, err := (retry.Policy{Max: 5 * time.Second, Log: slog.Default(), What: "archive: create topic and subscription"}).Do(ctx, ensure); err != nil {
 			return err
 		}
-		if err := pubsubx.EnsureSubscription(ctx, client, sub, f.Topic, 60); err != nil {
-			return err
-		}
+		cfg.Recreate = ensure
 	}
 	return archive.Run(ctx, client, cfg)
 }
