@@ -100,3 +100,9 @@ func (p *PubSub) Kill() {
 		p.cmd.Wait()
 	}
 }
+
+// Available reports whether the SDK's Pub/Sub emulator is installed.
+func Available() bool {
+	_, ok := binary()
+	return ok
+}
