@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/topk-dev/topk/internal/retry"
@@ -103,43 +104,19 @@ func (p *Publisher) Stats() PublisherStats {
 func (p *Publisher) Flush(ctx context.Context) (moved int, err error) {
 	var errs []error
 	for {
-		k, ok := p.next()
-		if !ok {
+		keys := p.queuedKeys()
+		if len(keys) == 0 {
 			break
 		}
-		var sent queued
-		failures, perr := p.policy.Do(ctx, func(ctx context.Context) error {
-			p.mu.Lock()
-			q, ok := p.pending[k]
-			p.mu.Unlock()
-			if !ok {
-				return nil // published by a concurrent Flush
-			}
-			sent = q
-			m, err := p.st.PublishRaw(ctx, k, q.n, q.blob)
+		for _, k := range keys {
+			m, err := p.publishOne(ctx, k)
+			moved += m
 			if err != nil {
-				return err
+				if ctx.Err() != nil {
+					return moved, fmt.Errorf("publish lists: %w", err)
+				}
+				errs = append(errs, err)
 			}
-			p.mu.Lock()
-			p.stats.Published++
-			if m {
-				p.stats.Moved++
-				moved++
-			}
-			p.mu.Unlock()
-			return nil
-		})
-		p.mu.Lock()
-		p.stats.Failures += int64(failures)
-		if q, ok := p.pending[k]; ok && (perr == nil || !retry.Transient(perr)) && q.n == sent.n {
-			delete(p.pending, k)
-		}
-		p.mu.Unlock()
-		if perr != nil {
-			if ctx.Err() != nil {
-				return moved, fmt.Errorf("publish lists: %w", perr)
-			}
-			errs = append(errs, fmt.Errorf("publish %s v%d: %w", k, sent.n, perr))
 		}
 	}
 	if len(errs) > 0 {
@@ -148,24 +125,54 @@ func (p *Publisher) Flush(ctx context.Context) (moved int, err error) {
 	return moved, nil
 }
 
-// next returns the smallest queued key.
-func (p *Publisher) next() (schemas.ListKey, bool) {
+// publishOne publishes the newest queued version of k, retrying transient
+// errors; the version retried is re-read before every attempt, so an Offer
+// during an outage replaces it.
+func (p *Publisher) publishOne(ctx context.Context, k schemas.ListKey) (moved int, err error) {
+	var sent queued
+	failures, perr := p.policy.Do(ctx, func(ctx context.Context) error {
+		p.mu.Lock()
+		q, ok := p.pending[k]
+		p.mu.Unlock()
+		if !ok {
+			return nil // published by a concurrent Flush
+		}
+		sent = q
+		m, err := p.st.PublishRaw(ctx, k, q.n, q.blob)
+		if err != nil {
+			return err
+		}
+		p.mu.Lock()
+		p.stats.Published++
+		if m {
+			p.stats.Moved++
+			moved++
+		}
+		p.mu.Unlock()
+		return nil
+	})
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.pending) == 0 {
-		return schemas.ListKey{}, false
+	p.stats.Failures += int64(failures)
+	// Done with this version: written, or dropped for a non-transient
+	// error. A newer one offered meanwhile stays queued.
+	if q, ok := p.pending[k]; ok && (perr == nil || !retry.Transient(perr)) && q.n == sent.n {
+		delete(p.pending, k)
 	}
+	if perr != nil {
+		return moved, fmt.Errorf("publish %s v%d: %w", k, sent.n, perr)
+	}
+	return moved, nil
+}
+
+// queuedKeys returns the queued keys in order.
+func (p *Publisher) queuedKeys() []schemas.ListKey {
+	p.mu.Lock()
 	keys := make([]schemas.ListKey, 0, len(p.pending))
 	for k := range p.pending {
 		keys = append(keys, k)
 	}
-	return slices.MinFunc(keys, func(a, b schemas.ListKey) int {
-		switch {
-		case a.String() < b.String():
-			return -1
-		case a.String() > b.String():
-			return 1
-		}
-		return 0
-	}), true
+	p.mu.Unlock()
+	slices.SortFunc(keys, func(a, b schemas.ListKey) int { return strings.Compare(a.String(), b.String()) })
+	return keys
 }
