@@ -37,7 +37,8 @@ import (
 // one), Bigtable at BIGTABLE_EMULATOR_HOST (CI) or an in-process bttest, and
 // for the Pub/Sub restart a private official emulator (or, without the
 // gcloud SDK, pstest behind a Proxy the test cuts: an outage instead of a
-// restart, said so in the table).
+// restart, said so in the table). The table goes to the test log and, when
+// TOPK_FAULTS_TABLE names a file, to that file (.ci/run prints it).
 //
 // Faults and checks:
 //   - Redis frozen 15 s then killed 15 s (30 s down) while the pipeline
@@ -78,7 +79,13 @@ func (r *report) print() {
 		fmt.Fprintf(&b, "%-38s | %-52s | %s\n", x.fault, x.check, x.found)
 	}
 	r.t.Log(b.String())
-	fmt.Print(b.String())
+	// go test shows a passing test's log only with -v: .ci/run names a
+	// file here and prints it after the tests.
+	if f := os.Getenv("TOPK_FAULTS_TABLE"); f != "" {
+		if err := os.WriteFile(f, []byte(b.String()), 0o644); err != nil {
+			r.t.Errorf("writing the table to %s: %v", f, err)
+		}
+	}
 }
 
 // servingBinary builds ./serving once.
