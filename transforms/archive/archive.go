@@ -311,8 +311,9 @@ func (a *archiver) loop(ctx context.Context) error {
 				}
 			}
 			wait := pullBackoff.next()
-			if pullBackoff.failures == 1 {
-				a.log.Warn("archive: pull failed; retrying with backoff until Pub/Sub answers (buffered messages stay unacknowledged)", "err", err)
+			if pullBackoff.failures == 1 || pullBackoff.failures%12 == 0 { // then about once a minute
+				a.log.Warn("archive: pull failed; retrying with backoff until Pub/Sub answers (buffered messages stay unacknowledged)",
+					"failed_pulls", pullBackoff.failures, "err", err)
 			}
 			sleep(ctx, wait)
 			continue
