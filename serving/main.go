@@ -24,6 +24,10 @@
 // trusted. The rules flags (--bots, --rules=none, ...: transforms/rules)
 // drop beacons from known bots' user agents at ingest; the other rules are
 // the counting paths'.
+// --removals_bigtable keeps the deny set of takedowns durably in the same
+// Bigtable table (Redis is its cache, refilled when it comes back empty);
+// "auto" (the default) turns it on when BIGTABLE_EMULATOR_HOST is set or
+// --local=false, and leaves takedowns in Redis only in plain local mode.
 //
 // It never imports Beam: `go list -deps ./serving | grep beam` prints nothing.
 package main
@@ -73,14 +77,19 @@ func main() {
 	redis.SetLogger(redisLogger{cfg.Logger})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if ex.on {
+	if ex.on || ex.removals {
 		st, err := openExact(ctx, ex)
 		if err != nil {
 			cfg.Logger.Error("serving failed", "err", err)
 			os.Exit(1)
 		}
 		defer st.Close()
-		cfg.Exact = st
+		if ex.on {
+			cfg.Exact = st
+		}
+		if ex.removals {
+			cfg.Removals = st
+		}
 	}
 	if ex.geoDB != "" {
 		db, err := geo.Open(ex.geoDB)
@@ -133,6 +142,7 @@ func run(ctx context.Context, cfg api.Config, catalogueFile string) error {
 // ingest opens (the geo database and the rules' files) and the catalogue.
 type exactFlags struct {
 	on                bool
+	removals          bool // the durable deny set in Bigtable
 	project, instance string
 	geoDB             string
 	rules             *rules.Config
@@ -166,7 +176,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (api.Config, error) {
 func parseAllFlags(fs *flag.FlagSet, args []string) (api.Config, exactFlags, error) {
 	var cfg api.Config
 	var ex exactFlags
-	var types, logLevel string
+	var types, logLevel, removals string
 	var fastly cdn.Fastly
 	fs.StringVar(&cfg.Addr, "addr", ":8080", "listen address")
 	fs.StringVar(&cfg.RedisAddr, "redis", "", "Redis address (default REDIS_ADDR, else an embedded Redis)")
@@ -177,9 +187,12 @@ func parseAllFlags(fs *flag.FlagSet, args []string) (api.Config, exactFlags, err
 	fs.DurationVar(&cfg.StaleAfter, "stale_after", 0, "mark a list stale when it has not moved for this long (default 2m)")
 	fs.DurationVar(&cfg.PollInterval, "poll_interval", 0, "poll Redis pointers this often besides pub/sub (default 5s)")
 	fs.StringVar(&cfg.KeyPrefix, "key_prefix", "topk", "Redis key prefix of the lists")
+	fs.DurationVar(&cfg.PublishTimeout, "publish_timeout", api.DefaultPublishTimeout, "ingest: answer 503 when Pub/Sub has not acknowledged a beacon within this (at most write_timeout - 3s)")
+	fs.DurationVar(&cfg.WriteTimeout, "write_timeout", api.DefaultWriteTimeout, "HTTP write timeout")
 	fs.StringVar(&types, "types", "", "comma-separated item types accepted before their first list is published")
 	fs.StringVar(&logLevel, "log_level", "info", "debug, info, warn or error")
 	fs.BoolVar(&ex.on, "exact", false, "serve /v1/charts/daily from the Bigtable exact tables (BIGTABLE_EMULATOR_HOST selects the emulator)")
+	fs.StringVar(&removals, "removals_bigtable", "auto", "keep takedowns durably in Bigtable (true, false, or auto: when BIGTABLE_EMULATOR_HOST is set or --local=false)")
 	fs.StringVar(&ex.project, "bigtable_project", "topk-local", "Bigtable project of the exact tables")
 	fs.StringVar(&ex.instance, "bigtable_instance", "topk", "Bigtable instance of the exact tables")
 	fs.StringVar(&ex.geoDB, "geo_db", "", "MaxMind-format City database (GeoIP2/GeoLite2 City .mmdb): events get country and region from the client IP; without it they get none")
@@ -195,6 +208,14 @@ func parseAllFlags(fs *flag.FlagSet, args []string) (api.Config, exactFlags, err
 	}
 	if fs.NArg() > 0 {
 		return cfg, ex, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	switch removals {
+	case "auto":
+		ex.removals = os.Getenv("BIGTABLE_EMULATOR_HOST") != "" || !cfg.Local
+	case "true", "false":
+		ex.removals = removals == "true"
+	default:
+		return cfg, ex, fmt.Errorf("--removals_bigtable=%q: want true, false or auto", removals)
 	}
 	for _, t := range strings.Split(types, ",") {
 		if t = strings.TrimSpace(t); t != "" {

@@ -12,10 +12,11 @@
 // With an emulator or fake (--pubsub_endpoint, default $PUBSUB_EMULATOR_HOST)
 // it first creates --topic and the subscription if they are missing (a new
 // subscription only receives what is published after it exists); on Google
-// Cloud (no endpoint) both must exist. Ctrl-C flushes, acknowledges and exits.
-// Event hours older than --retention (30 days) are deleted every hour
-// (transforms/archive/retention.go); --metrics_addr serves Prometheus
-// metrics (pipelines/archive/ops.go).
+// Cloud (no endpoint) both must exist. Pub/Sub outages are waited out (an
+// emulator that restarted gets its topic and subscription back). Ctrl-C
+// flushes, acknowledges and exits. Event hours older than --retention (30
+// days) are deleted every hour (transforms/archive/retention.go);
+// --metrics_addr serves Prometheus metrics (pipelines/archive/ops.go).
 package main
 
 import (
@@ -31,6 +32,7 @@ import (
 	"time"
 
 	"github.com/topk-dev/topk/internal/pubsubx"
+	"github.com/topk-dev/topk/internal/retry"
 	"github.com/topk-dev/topk/transforms/archive"
 )
 
@@ -101,12 +103,19 @@ func Run(ctx context.Context, f Flags) error {
 	}
 	defer client.Close()
 	if f.Endpoint != "" {
-		if err := pubsubx.EnsureTopic(ctx, client, f.Topic); err != nil {
+		// On an emulator the archiver creates what it reads, at start and
+		// again when a restarted emulator has lost it; an emulator that is
+		// not up yet is waited for.
+		ensure := func(ctx context.Context) error {
+			if err := pubsubx.EnsureTopic(ctx, client, f.Topic); err != nil {
+				return err
+			}
+			return pubsubx.EnsureSubscription(ctx, client, sub, f.Topic, 60)
+		}
+		if _, err := (retry.Policy{Max: 5 * time.Second, Log: slog.Default(), What: "archive: create topic and subscription"}).Do(ctx, ensure); err != nil {
 			return err
 		}
-		if err := pubsubx.EnsureSubscription(ctx, client, sub, f.Topic, 60); err != nil {
-			return err
-		}
+		cfg.Recreate = ensure
 	}
 	stopOps, err := startOps(ctx, f, &cfg)
 	if err != nil {

@@ -55,10 +55,11 @@ func gradeHour(ctx context.Context, cfg Config, st *store.Store, hour time.Time,
 		if err != nil {
 			return out, err
 		}
-		if err := st.WriteGrade(ctx, store.Grade{Hour: hour, Type: g.Type, Scope: g.Scope,
+		sg := store.Grade{Hour: hour, Type: g.Type, Scope: g.Scope,
 			RecallAt100: g.Recall100, RecallAt1000: g.Recall1000,
 			MaxOvercountVsBound: int64(g.MaxOvercount) - int64(g.Bound),
-			MaxDisplacement100:  g.MaxDisplacement, Alert: g.Alert}); err != nil {
+			MaxDisplacement100:  g.MaxDisplacement, Alert: g.Alert}
+		if err := waitOut(ctx, cfg, "write grade", func(ctx context.Context) error { return st.WriteGrade(ctx, sg) }); err != nil {
 			return out, err
 		}
 		attrs := []any{"type", g.Type, "scope", g.Scope, "hour", store.HourKey(hour), "recall_at_100", g.Recall100,

@@ -26,6 +26,13 @@
 // difference, so recounting an hour again (three times, or after a crash at
 // any point) leaves the same tables.
 //
+// Bigtable outages are waited out, not returned: every store call above is
+// retried with capped backoff (at most 10 s between attempts) while its
+// error is transient (Unavailable, DeadlineExceeded, a refused connection),
+// which is safe because each is an overwrite or a ledger difference. A
+// recount started while Bigtable is down waits for it; one that loses it
+// half way resumes where the call failed.
+//
 // The package registers its DoFns with Beam in init: a binary that imports
 // it is also a worker for its pipelines.
 package recount
@@ -43,6 +50,7 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 	"google.golang.org/api/option"
 
+	"github.com/topk-dev/topk/internal/retry"
 	"github.com/topk-dev/topk/pipelines/internal/beamrun"
 	"github.com/topk-dev/topk/schemas"
 	"github.com/topk-dev/topk/transforms/archive"
@@ -170,7 +178,7 @@ func Run(ctx context.Context, cfg Config) ([]HourReport, error) {
 		defer st.Close()
 	}
 	if st != nil {
-		if err := st.EnsureTables(ctx); err != nil {
+		if err := waitOut(ctx, cfg, "ensure tables", st.EnsureTables); err != nil {
 			return nil, err
 		}
 	}
@@ -247,30 +255,38 @@ func runHour(ctx context.Context, cfg Config, st *store.Store, hour time.Time) (
 		rep.Seconds = time.Since(start).Seconds()
 		return rep, nil
 	}
-	if err := st.WriteHour(ctx, hour, counts, cfg.K); err != nil {
+	if err := waitOut(ctx, cfg, "write hour", func(ctx context.Context) error {
+		return st.WriteHour(ctx, hour, counts, cfg.K)
+	}); err != nil {
 		return rep, err
 	}
 	// The store holds one 24-hour window. A new hour moves it to end at
 	// hour+1h; a rerun of an older hour recomputes the window held if the
 	// hour is inside it, and leaves it alone otherwise.
 	end, held := hour.Add(time.Hour), time.Time{}
-	if held, err = st.End24h(ctx); err != nil {
+	if err := waitOut(ctx, cfg, "read end of 24h", func(ctx context.Context) (err error) {
+		held, err = st.End24h(ctx)
+		return err
+	}); err != nil {
 		return rep, err
 	}
 	switch {
 	case !held.After(end):
-		err = st.Recompute24h(ctx, end, cfg.K)
+		err = waitOut(ctx, cfg, "recompute 24h", func(ctx context.Context) error { return st.Recompute24h(ctx, end, cfg.K) })
 	case !hour.Before(held.Add(-24 * time.Hour)):
-		err = st.Recompute24h(ctx, held, cfg.K)
+		err = waitOut(ctx, cfg, "recompute 24h", func(ctx context.Context) error { return st.Recompute24h(ctx, held, cfg.K) })
 	}
 	if err != nil {
 		return rep, err
 	}
-	if err := st.MarkHourDone(ctx, hour); err != nil {
+	if err := waitOut(ctx, cfg, "mark hour done", func(ctx context.Context) error { return st.MarkHourDone(ctx, hour) }); err != nil {
 		return rep, err
 	}
-	eu, err := st.AdvanceExactUntil(ctx)
-	if err != nil {
+	var eu time.Time
+	if err := waitOut(ctx, cfg, "advance exact_until", func(ctx context.Context) (err error) {
+		eu, err = st.AdvanceExactUntil(ctx)
+		return err
+	}); err != nil {
 		return rep, err
 	}
 	rep.ExactUntil = store.HourKey(eu)
@@ -281,6 +297,17 @@ func runHour(ctx context.Context, cfg Config, st *store.Store, hour time.Time) (
 	}
 	rep.Seconds = time.Since(start).Seconds()
 	return rep, nil
+}
+
+// waitOut runs one idempotent Bigtable step, retrying it with capped
+// backoff while Bigtable is unavailable (see the package doc).
+func waitOut(ctx context.Context, cfg Config, what string, op func(context.Context) error) error {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	_, err := retry.Policy{Max: 10 * time.Second, Log: log, What: "exact: bigtable " + what}.Do(ctx, op)
+	return err
 }
 
 // checkCounted sets the report's exact_events_counted from the counts

@@ -68,13 +68,34 @@ func (s *Server) handleRemovals(w http.ResponseWriter, r *http.Request) error {
 		}
 		s.state.remMu.Lock()
 		defer s.state.remMu.Unlock()
-		rem, err := s.store.AddRemoval(r.Context(), req.Type, req.Item, req.Reason)
+		rem, err := s.store.NewRemoval(req.Type, req.Item, req.Reason)
 		if errors.Is(err, liststore.ErrBadRemoval) {
 			return errorf(http.StatusBadRequest, "%v", err)
 		}
 		if err != nil {
+			return err
+		}
+		// Durable first: a removal that is only in Redis is lost with it.
+		if s.cfg.Removals != nil {
+			rec, err := json.Marshal(rem)
+			if err != nil {
+				return err
+			}
+			if err := s.cfg.Removals.PutRemoval(r.Context(), rem.Type, rem.Item, rec); err != nil {
+				return fmt.Errorf("%w: storing the removal durably failed: %v", errUnavailable, err)
+			}
+		}
+		if err := s.store.PutRemoval(r.Context(), rem); err != nil {
 			s.metrics.redisErrors.WithLabelValues("removals").Inc()
-			return fmt.Errorf("%w: storing the removal failed: %v", errUnavailable, err)
+			if s.cfg.Removals == nil {
+				return fmt.Errorf("%w: storing the removal failed: %v", errUnavailable, err)
+			}
+			// Durable already: this server filters it at once, and the
+			// next reload that reaches Redis refills it for the others.
+			s.state.mu.Lock()
+			s.state.needRefill = true
+			s.state.mu.Unlock()
+			s.log.Warn("item removed durably; redis missed it and is refilled when it answers", "type", rem.Type, "item", rem.Item, "err", err)
 		}
 		s.applyRemoval(rem, true)
 		s.purgeTakedown(r.Context(), rem.Type)
@@ -102,12 +123,22 @@ func (s *Server) handleRemovals(w http.ResponseWriter, r *http.Request) error {
 				return e
 			}
 		}
-		s.state.remMu.Lock()
-		defer s.state.remMu.Unlock()
-		existed, err := s.store.DeleteRemoval(r.Context(), req.Type, req.Item)
-		if errors.Is(err, liststore.ErrBadRemoval) {
+		if err := liststore.ValidateRemoval(req.Type, req.Item, ""); err != nil {
 			return errorf(http.StatusBadRequest, "%v", err)
 		}
+		s.state.remMu.Lock()
+		defer s.state.remMu.Unlock()
+		// Durable first, then the cache. A retry after a failed Redis
+		// step finds the durable row gone and still deletes the cached one.
+		var durable bool
+		if s.cfg.Removals != nil {
+			var err error
+			if durable, err = s.cfg.Removals.DeleteRemoval(r.Context(), req.Type, req.Item); err != nil {
+				return fmt.Errorf("%w: deleting the removal durably failed: %v", errUnavailable, err)
+			}
+		}
+		existed, err := s.store.DeleteRemoval(r.Context(), req.Type, req.Item)
+		existed = existed || durable
 		if err != nil {
 			s.metrics.redisErrors.WithLabelValues("removals").Inc()
 			return fmt.Errorf("%w: deleting the removal failed: %v", errUnavailable, err)
@@ -119,9 +150,15 @@ func (s *Server) handleRemovals(w http.ResponseWriter, r *http.Request) error {
 		s.log.Info("item restored", "type", req.Type, "item", req.Item)
 		writeJSON(w, http.StatusOK, map[string]any{"restored": map[string]string{"type": req.Type, "item": req.Item}})
 	default:
-		all, err := s.store.Removals(r.Context())
-		if err != nil {
+		// The durable set when there is one: it is the truth.
+		var all []liststore.Removal
+		var err error
+		if s.cfg.Removals != nil {
+			all, err = s.durableRemovals(r.Context())
+		} else if all, err = s.store.Removals(r.Context()); err != nil {
 			s.metrics.redisErrors.WithLabelValues("removals").Inc()
+		}
+		if err != nil {
 			return fmt.Errorf("%w: reading removals failed: %v", errUnavailable, err)
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"removals": all})

@@ -23,6 +23,19 @@ const MaxK = 1000
 // DefaultStaleAfter is Config.StaleAfter's default.
 const DefaultStaleAfter = 2 * time.Minute
 
+// Defaults of the ingest deadline: a beacon's publish gives up after
+// DefaultPublishTimeout, well inside the HTTP server's DefaultWriteTimeout.
+const (
+	DefaultPublishTimeout = 10 * time.Second
+	DefaultWriteTimeout   = 30 * time.Second
+	// IngestMargin is what an ingest answer needs besides the publish: the
+	// beacon_id claim and its release (1 s each at most) and writing the
+	// reply. PublishTimeout must be at most WriteTimeout - IngestMargin, so
+	// that a client always gets the 503 (with Retry-After), never a
+	// connection closed without an answer.
+	IngestMargin = 3 * time.Second
+)
+
 // Config configures a Server. Zero fields take the defaults written next to
 // them (Config.withDefaults is the one place they are applied).
 type Config struct {
@@ -82,6 +95,12 @@ type Config struct {
 	// answers 503 (exact tables not configured).
 	Exact *store.Store
 
+	// Removals is the durable deny set (takedowns) in Bigtable; it is used
+	// as is and never closed by the server (it may be the same store as
+	// Exact). Redis holds its cache (removals.go). Zero: takedowns live in
+	// Redis only and are lost with its data (local mode).
+	Removals *store.Store
+
 	// StaleAfter marks a list stale when this server has not seen it move
 	// for that long. Zero: 2 minutes.
 	StaleAfter time.Duration
@@ -104,6 +123,13 @@ type Config struct {
 	RenderCacheBytes int64
 	// ShutdownTimeout bounds the graceful shutdown of Run. Zero: 10 s.
 	ShutdownTimeout time.Duration
+	// PublishTimeout bounds the wait for Pub/Sub to acknowledge an ingested
+	// beacon; past it the client gets 503 with Retry-After. Zero: 10 s. At
+	// most WriteTimeout - IngestMargin (Validate).
+	PublishTimeout time.Duration
+	// WriteTimeout is the HTTP server's write timeout: a response not
+	// written by then is cut off. Zero: 30 s.
+	WriteTimeout time.Duration
 
 	// Logger receives structured logs. Zero: slog.Default().
 	Logger *slog.Logger
@@ -151,6 +177,12 @@ func (c Config) withDefaults() Config {
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = 10 * time.Second
 	}
+	if c.PublishTimeout == 0 {
+		c.PublishTimeout = DefaultPublishTimeout
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = DefaultWriteTimeout
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -166,10 +198,21 @@ func (c Config) Validate() error {
 	for name, d := range map[string]time.Duration{
 		"stale_after": c.StaleAfter, "poll_interval": c.PollInterval, "scan_interval": c.ScanInterval,
 		"dedupe_ttl": c.DedupeTTL, "shutdown_timeout": c.ShutdownTimeout,
+		"publish_timeout": c.PublishTimeout, "write_timeout": c.WriteTimeout,
 	} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("%s %s is negative", name, d))
 		}
+	}
+	pt, wt := c.PublishTimeout, c.WriteTimeout
+	if pt == 0 {
+		pt = DefaultPublishTimeout
+	}
+	if wt == 0 {
+		wt = DefaultWriteTimeout
+	}
+	if pt > 0 && wt > 0 && pt > wt-IngestMargin {
+		errs = append(errs, fmt.Errorf("publish_timeout %s must be at most write_timeout %s - %s, or a client whose publish times out gets no answer at all", pt, wt, IngestMargin))
 	}
 	if c.MaxBodyBytes < 0 {
 		errs = append(errs, fmt.Errorf("max_body_bytes %d is negative", c.MaxBodyBytes))

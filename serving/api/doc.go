@@ -97,8 +97,15 @@
 //	     reasons. A beacon_id seen within Config.DedupeTTL is acknowledged
 //	     without publishing again (Redis SET NX; while the first attempt is
 //	     in flight a retry gets 409 with Retry-After). If Redis is down the
-//	     beacon is published without deduplication (at least once). 413 over
-//	     Config.MaxBodyBytes or Config.MaxEvents; 400 when no event is valid.
+//	     beacon is published without deduplication (at least once). When
+//	     Pub/Sub does not acknowledge within Config.PublishTimeout (10 s; an
+//	     outage, a restarting emulator, a missing topic) the answer is 503
+//	     with Retry-After: the publish timeout is at most the HTTP write
+//	     timeout minus IngestMargin (Config.Validate), so the 503 always
+//	     reaches the client before the server would cut the connection. A
+//	     503 beacon may still have been published (an ambiguous publish);
+//	     its retry keeps the same event_ids. 413 over Config.MaxBodyBytes or
+//	     Config.MaxEvents; 400 when no event is valid.
 //	     Country and region come from the server, never the client: from
 //	     Config.Profiles for a known account, else from the client IP in
 //	     Config.Geo (a MaxMind-format database), else none; a client-sent

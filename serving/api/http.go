@@ -64,12 +64,11 @@ var jsonContentType = []string{"application/json"}
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, route string, err error) {
 	var ae *apiError
 	if !errors.As(err, &ae) {
-		status := http.StatusInternalServerError
-		msg := "internal error"
+		ae = &apiError{Status: http.StatusInternalServerError, Message: "internal error"}
 		if errors.Is(err, errUnavailable) {
-			status, msg = http.StatusServiceUnavailable, err.Error()
+			ae.Status, ae.Message = http.StatusServiceUnavailable, err.Error()
+			ae.header = map[string]string{"Retry-After": "2"}
 		}
-		ae = &apiError{Status: status, Message: msg}
 	}
 	h := w.Header()
 	for k, v := range ae.header {

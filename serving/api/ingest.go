@@ -46,9 +46,6 @@ const pendingTTL = 30 * time.Second
 
 const pendingMark = "pending"
 
-// publishTimeout bounds the wait for Pub/Sub's acknowledgement.
-const publishTimeout = 30 * time.Second
-
 func (s *Server) dedupeKey(id string) string { return s.cfg.KeyPrefix + ":beacon:" + id }
 
 // handleEvents serves POST /v1/events (see the package doc).
@@ -56,6 +53,10 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) error {
 	if r.Method != http.MethodPost {
 		return methodNotAllowed(r, "POST")
 	}
+	// The answer must be written before the server's write timeout cuts
+	// the connection (it runs from the end of the headers): the publish
+	// gets what is left after the margin, and at most PublishTimeout.
+	deadline := time.Now().Add(s.cfg.WriteTimeout - IngestMargin)
 	ct := r.Header.Get("Content-Type")
 	mt, _, err := mime.ParseMediaType(ct)
 	if err != nil || mt != "application/json" {
@@ -167,7 +168,10 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) error {
 
 	// Wait for Pub/Sub's acknowledgement even if the client goes away, so
 	// that the claim ends in a known state.
-	pctx, pcancel := context.WithTimeout(context.WithoutCancel(r.Context()), publishTimeout)
+	if d := time.Now().Add(s.cfg.PublishTimeout); d.Before(deadline) {
+		deadline = d
+	}
+	pctx, pcancel := context.WithDeadline(context.WithoutCancel(r.Context()), deadline)
 	defer pcancel()
 	start := time.Now()
 	res := s.pub.Publish(pctx, &pubsub.Message{
@@ -182,9 +186,12 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		s.metrics.beacons.WithLabelValues("failed").Inc()
 		if dedupe {
-			if derr := s.rc.Del(pctx, key).Err(); derr != nil {
+			// pctx may have expired: release the claim on a context of its own.
+			dctx, dcancel := context.WithTimeout(context.WithoutCancel(r.Context()), time.Second)
+			if derr := s.rc.Del(dctx, key).Err(); derr != nil {
 				s.metrics.redisErrors.WithLabelValues("dedupe").Inc()
 			}
+			dcancel()
 		}
 		return fmt.Errorf("%w: publish to Pub/Sub failed, retry the beacon: %v", errUnavailable, err)
 	}
@@ -192,7 +199,10 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) error {
 	reply.MessageID = msgID
 	out, _ := json.Marshal(reply)
 	if dedupe {
-		if err := s.rc.Set(pctx, key, out, s.cfg.DedupeTTL).Err(); err != nil {
+		sctx, scancel := context.WithTimeout(context.WithoutCancel(r.Context()), time.Second)
+		err := s.rc.Set(sctx, key, out, s.cfg.DedupeTTL).Err()
+		scancel()
+		if err != nil {
 			s.metrics.redisErrors.WithLabelValues("dedupe").Inc()
 			s.log.Warn("dedupe: could not record a published beacon", "beacon_id", id, "err", err)
 		}

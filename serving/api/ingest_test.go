@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -231,4 +232,78 @@ func TestIngestOfficialEmulator(t *testing.T) {
 		t.Fatalf("received %d messages, want 1", len(got))
 	}
 	checkMessage(t, got[0].Data, got[0].Attributes, "emu-1", c)
+}
+
+// Property: the publish timeout must leave room for the answer inside the
+// HTTP write timeout; a configuration where it does not is refused.
+func TestConfigPublishTimeoutInsideWriteTimeout(t *testing.T) {
+	for _, c := range []struct {
+		publish, write time.Duration
+		ok             bool
+	}{
+		{0, 0, true},                                // 10 s inside 30 s
+		{30 * time.Second, 0, false},                // the old setting: equal
+		{28 * time.Second, 30 * time.Second, false}, // no room for the margin
+		{0, 10 * time.Second, false},                // default publish, short write
+		{time.Second, 4 * time.Second, true},
+	} {
+		err := Config{PublishTimeout: c.publish, WriteTimeout: c.write}.Validate()
+		if (err == nil) != c.ok {
+			t.Errorf("publish %v write %v: err %v, want ok=%v", c.publish, c.write, err, c.ok)
+		}
+	}
+}
+
+// Property: when Pub/Sub does not acknowledge (it hangs, or it is down),
+// the client of a real HTTP server with its write timeout gets a 503 with
+// Retry-After and a JSON body, after about the publish timeout and before
+// the write timeout: never a connection closed without an answer. The
+// beacon_id is released, so the retry publishes once Pub/Sub is back.
+func TestIngestAnswers503BeforeDeadline(t *testing.T) {
+	for _, mode := range []string{"hung", "down"} {
+		t.Run(mode, func(t *testing.T) {
+			const publish, write = time.Second, 4 * time.Second
+			e := newEnv(t, func(c *Config) { c.PublishTimeout = publish; c.WriteTimeout = write }).start(t)
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			served := make(chan error, 1)
+			go func() { served <- e.srv.Serve(ctx, ln) }()
+			defer func() { cancel(); <-served }()
+			url := "http://" + ln.Addr().String() + "/v1/events"
+			if mode == "hung" {
+				e.fake.Srv.SetAutoPublishResponse(false)
+			} else {
+				e.fake.Close()
+			}
+			for i := 0; i < 3; i++ {
+				start := time.Now()
+				resp, b := request(t, "POST", url, jsonHdr, beaconBody(fmt.Sprintf("%s-%d", mode, i), time.Now()).body)
+				took := time.Since(start)
+				if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || !json.Valid(b) {
+					t.Fatalf("beacon %d: %d Retry-After=%q %s", i, resp.StatusCode, resp.Header.Get("Retry-After"), b)
+				}
+				if took < publish/2 || took >= write {
+					t.Fatalf("beacon %d answered after %v, want about %v and before %v", i, took, publish, write)
+				}
+				t.Logf("%s: 503 with Retry-After %s after %v", mode, resp.Header.Get("Retry-After"), took.Round(time.Millisecond))
+			}
+			if mode == "hung" {
+				// The claim was released: once Pub/Sub answers, the retry
+				// is published and accepted (not a 409 for 30 s). pstest
+				// holds its lock while a publish waits for its response:
+				// answer the hung ones first.
+				for i := 0; i < 10; i++ {
+					e.fake.Srv.AddPublishResponse(&pb.PublishResponse{MessageIds: []string{"late"}}, nil)
+				}
+				e.fake.Srv.SetAutoPublishResponse(true)
+				resp, b := request(t, "POST", url, jsonHdr, beaconBody("hung-0", time.Now()).body)
+				if resp.StatusCode != http.StatusAccepted {
+					t.Fatalf("retry after Pub/Sub returned: %d %s", resp.StatusCode, b)
+				}
+			}
+		})
+	}
 }

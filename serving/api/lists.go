@@ -284,6 +284,9 @@ type state struct {
 	mu      sync.Mutex // serializes writers
 	remGen  uint64
 	redisOK bool
+	// needRefill is set when a takedown reached Bigtable but not Redis:
+	// the next reload refills Redis from Bigtable.
+	needRefill bool
 
 	// remMu makes "change the deny set in Redis, then in memory" (admin)
 	// and "read it from Redis, then install it" (refresh) atomic with
@@ -471,14 +474,35 @@ func decodeBlob(raw []byte, k schemas.ListKey, n int64) (*schemas.List, *schemas
 	return l, t, err
 }
 
-// reloadRemovals replaces the deny set with Redis' when it differs.
+// reloadRemovals replaces the deny set with Redis' when it differs. With a
+// durable deny set (removals.go), a Redis set without the filled marker is
+// refilled from Bigtable first; until that works the set held is kept.
 func (s *Server) reloadRemovals(ctx context.Context) error {
 	s.state.remMu.Lock()
 	defer s.state.remMu.Unlock()
-	all, err := s.store.Removals(ctx)
+	all, filled, err := s.store.RemovalsState(ctx)
 	if err != nil {
 		s.redisFailed("removals", err)
 		return err
+	}
+	if s.cfg.Removals != nil {
+		s.state.mu.Lock()
+		need := s.state.needRefill
+		s.state.mu.Unlock()
+		if !filled || need {
+			why := "redis has no filled deny set (restarted empty or flushed)"
+			if filled {
+				why = "a takedown reached bigtable but not redis"
+			}
+			if all, err = s.refillRemovals(ctx, why); err != nil {
+				s.log.Error("removals: refill failed, filtering with the set held", "err", err)
+				return err
+			}
+			if all, _, err = s.store.RemovalsState(ctx); err != nil {
+				s.redisFailed("removals", err)
+				return err
+			}
+		}
 	}
 	s.setRemovals(all)
 	return nil

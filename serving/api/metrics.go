@@ -21,6 +21,7 @@ type metrics struct {
 	renders      *prometheus.CounterVec
 	badBlobs     prometheus.Counter
 	removals     prometheus.Gauge
+	refills      *prometheus.CounterVec
 	ingestEvents *prometheus.CounterVec
 	beacons      *prometheus.CounterVec
 	publishTime  prometheus.Histogram
@@ -55,6 +56,9 @@ func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
 		removals: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "topk_serving_removals", Help: "Items in the deny set.",
 		}),
+		refills: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "topk_serving_removals_refills_total", Help: "Refills of Redis' deny set from the durable one (at start, and when Redis came back without it), by result.",
+		}, []string{"result"}),
 		ingestEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "topk_serving_ingest_events_total", Help: "Events received by POST /v1/events, by result (accepted, rejected, bot).",
 		}, []string{"result"}),
@@ -74,7 +78,7 @@ func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
 		Name: "topk_serving_cdn_purges_total", Help: "CDN purge requests, by reason (takedown, rollback) and result (ok, failed).",
 	}, []string{"why", "result"})
 	reg.MustRegister(m.rollbacks, m.purges)
-	reg.MustRegister(m.requests, m.latency, m.redisErrors, m.renders, m.badBlobs, m.removals, m.ingestEvents, m.beacons, m.publishTime, listCollector{s})
+	reg.MustRegister(m.requests, m.latency, m.redisErrors, m.renders, m.badBlobs, m.removals, m.refills, m.ingestEvents, m.beacons, m.publishTime, listCollector{s})
 	return m
 }
 

@@ -113,6 +113,10 @@ func New(cfg Config) (*Server, error) {
 		bgCancel()
 		return nil, fmt.Errorf("serving: %w", err)
 	}
+	if err := s.startRemovals(ctx); err != nil {
+		bgCancel()
+		return nil, fmt.Errorf("serving: %w", err)
+	}
 	if err := s.load(ctx); err != nil {
 		bgCancel()
 		return nil, fmt.Errorf("serving: initial load: %w", err)
@@ -159,6 +163,9 @@ func (s *Server) connectPubSub(ctx context.Context) error {
 	}
 	s.pub = s.ps.Publisher(cfg.Topic)
 	s.pub.PublishSettings.DelayThreshold = 2 * time.Millisecond
+	// The client's own attempt gives up with the handler, so a beacon
+	// answered 503 is rarely published after all (ingest.go).
+	s.pub.PublishSettings.Timeout = cfg.PublishTimeout
 	return nil
 }
 
@@ -205,7 +212,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		ConnContext:       connContext,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      30 * time.Second,
+		WriteTimeout:      s.cfg.WriteTimeout,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/topk-dev/topk/internal/retry"
 	"github.com/topk-dev/topk/schemas"
 )
 
@@ -38,8 +39,9 @@ const (
 	maxAckIDsPerRequest = 1000
 	// maxPendingAcks flushes early when many small messages are buffered.
 	maxPendingAcks = 50_000
-	// errorWait is the pause after a failed Pull.
-	errorWait = time.Second
+	// maxErrorWait caps the backoff after failed Pulls and file writes: a
+	// service that returns is noticed within it.
+	maxErrorWait = 5 * time.Second
 	// stopTimeout bounds the final flush and ack once the context has ended.
 	stopTimeout = time.Minute
 	// immediatePullTimeout bounds a return-immediately Pull.
@@ -95,6 +97,11 @@ type Config struct {
 	// Progress, when set, is called after every flush and once more when Run
 	// returns, with the totals so far.
 	Progress func(Stats)
+	// Recreate, when set, is called when the subscription is not found
+	// after Run started: an emulator that restarted has lost its topics and
+	// subscriptions, and the command recreates them there. Nil: Run keeps
+	// retrying (with backoff, logging each failure) until someone does.
+	Recreate func(ctx context.Context) error
 
 	// beforeAck, when set (tests), runs after a flush's files are durable
 	// and before its messages are acked; an error ends Run with that error
@@ -179,9 +186,14 @@ func checkSubscription(name string) error {
 }
 
 // Run archives the subscription until ctx ends (or IdleStop passes), then
-// flushes, acknowledges and returns nil. It returns an error when the
-// subscription is unusable (missing, permission denied) or a flush fails;
-// the messages of a failed flush stay unacknowledged and are redelivered.
+// flushes, acknowledges and returns nil. Outages are waited out, never
+// returned: an unavailable Pub/Sub (at start or later) and a subscription
+// that disappears after the start (Config.Recreate) are retried with
+// backoff, and so are transient failures to write files; nothing is acked
+// before its files are durable. It returns an error when the subscription
+// is unusable at start (missing, permission denied) or a flush fails for
+// good (a full disk); the messages of a failed flush stay unacknowledged and
+// are redelivered.
 func Run(ctx context.Context, client *pubsub.Client, cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -210,7 +222,12 @@ func Run(ctx context.Context, client *pubsub.Client, cfg Config) error {
 		hours:  make(map[time.Time]struct{}),
 		closed: make(map[time.Time]struct{}),
 	}
-	sub, err := a.subs.GetSubscription(ctx, &pb.GetSubscriptionRequest{Subscription: cfg.Subscription})
+	var sub *pb.Subscription
+	_, err = retry.Policy{Max: maxErrorWait, Log: a.log, What: "archive: get subscription"}.Do(ctx, func(ctx context.Context) error {
+		var err error
+		sub, err = a.subs.GetSubscription(ctx, &pb.GetSubscriptionRequest{Subscription: cfg.Subscription})
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("archive: subscription %s: %w", cfg.Subscription, err)
 	}
@@ -260,6 +277,7 @@ type archiver struct {
 func (a *archiver) loop(ctx context.Context) error {
 	a.lastFlush = time.Now()
 	lastMsg := time.Now()
+	var pullBackoff backoff
 	for {
 		if ctx.Err() != nil {
 			return a.stop(ctx)
@@ -279,12 +297,30 @@ func (a *archiver) loop(ctx context.Context) error {
 				continue
 			}
 			switch status.Code(err) {
-			case codes.NotFound, codes.PermissionDenied, codes.InvalidArgument, codes.Unauthenticated:
+			case codes.PermissionDenied, codes.InvalidArgument, codes.Unauthenticated:
 				return fmt.Errorf("archive: pull %s: %w", a.cfg.Subscription, err)
+			case codes.NotFound:
+				// It existed at start: an emulator restarted, or someone
+				// deleted it. Recreate it where we may, else wait.
+				if a.cfg.Recreate != nil {
+					if rerr := a.cfg.Recreate(ctx); rerr != nil {
+						a.log.Warn("archive: recreating the subscription failed", "err", rerr)
+					} else {
+						a.log.Warn("archive: subscription was gone; recreated it")
+					}
+				}
 			}
-			a.log.Warn("archive: pull failed, retrying", "err", err, "in", errorWait)
-			sleep(ctx, errorWait)
+			wait := pullBackoff.next()
+			if pullBackoff.failures == 1 || pullBackoff.failures%12 == 0 { // then about once a minute
+				a.log.Warn("archive: pull failed; retrying with backoff until Pub/Sub answers (buffered messages stay unacknowledged)",
+					"failed_pulls", pullBackoff.failures, "err", err)
+			}
+			sleep(ctx, wait)
 			continue
+		}
+		if pullBackoff.failures > 0 {
+			a.log.Info("archive: pull works again", "failed_pulls", pullBackoff.failures)
+			pullBackoff = backoff{}
 		}
 		if len(msgs) == 0 {
 			if a.cfg.IdleStop > 0 && time.Since(lastMsg) >= a.cfg.IdleStop {
@@ -410,7 +446,12 @@ func (a *archiver) closeDue(ctx context.Context) error {
 	}
 	slices.SortFunc(due, func(x, y time.Time) int { return x.Compare(y) })
 	for _, h := range due {
-		wrote, err := closeHour(ctx, a.root, h, a.cfg.WriterID, now)
+		var wrote bool
+		err := a.retryWrite(ctx, "archive: close hour "+schemas.HourDir(h), func(ctx context.Context) error {
+			var err error
+			wrote, err = closeHour(ctx, a.root, h, a.cfg.WriterID, now)
+			return err
+		})
 		if err != nil {
 			return fmt.Errorf("archive: close hour %s: %w", schemas.HourDir(h), err)
 		}
@@ -443,7 +484,12 @@ func (a *archiver) flush(ctx context.Context) error {
 	slices.SortFunc(hours, func(x, y time.Time) int { return x.Compare(y) })
 	for _, h := range hours {
 		rows := a.rows[h]
-		late, err := writeHourFile(ctx, a.root, h, a.nextName("parquet"), rows)
+		var late bool
+		err := a.retryWrite(ctx, "archive: write hour "+schemas.HourDir(h), func(ctx context.Context) error {
+			var err error
+			late, err = writeHourFile(ctx, a.root, h, a.nextName("parquet"), rows)
+			return err
+		})
 		if err != nil {
 			return fmt.Errorf("archive: flush hour %s: %w", schemas.HourDir(h), err)
 		}
@@ -457,7 +503,9 @@ func (a *archiver) flush(ctx context.Context) error {
 	}
 	a.nrows = 0
 	if len(a.dead) > 0 {
-		if err := writeDeadLetters(ctx, a.root, a.nextName("ndjson"), a.dead); err != nil {
+		if err := a.retryWrite(ctx, "archive: write dead letters", func(ctx context.Context) error {
+			return writeDeadLetters(ctx, a.root, a.nextName("ndjson"), a.dead)
+		}); err != nil {
 			return fmt.Errorf("archive: flush dead letters: %w", err)
 		}
 		a.stats.DeadLetters += int64(len(a.dead))
@@ -494,6 +542,31 @@ func (a *archiver) ack(ctx context.Context) {
 	}
 	clear(a.acks)
 	a.acks = a.acks[:0]
+}
+
+// retryWrite runs a file write (a local file, or an upload to Cloud
+// Storage) until it works, waiting out transient failures (a storage
+// outage) with backoff; nothing is acked meanwhile. Other errors (a full
+// disk, a permission) are returned.
+func (a *archiver) retryWrite(ctx context.Context, what string, write func(context.Context) error) error {
+	_, err := retry.Policy{Max: maxErrorWait, Log: a.log, What: what}.Do(ctx, write)
+	return err
+}
+
+// backoff is the pull loop's capped exponential wait.
+type backoff struct {
+	failures int
+	wait     time.Duration
+}
+
+func (b *backoff) next() time.Duration {
+	b.failures++
+	if b.wait == 0 {
+		b.wait = 100 * time.Millisecond
+	} else {
+		b.wait = min(2*b.wait, maxErrorWait)
+	}
+	return b.wait
 }
 
 // nextName is this archiver's next file name.

@@ -62,6 +62,15 @@
 // marker-then-rename (or upload) check is not atomic, so a file may, within a few
 // microseconds of the close, still enter the hour's own folder.
 //
+// Outages: the archiver waits them out instead of exiting. A Pull that
+// fails (Pub/Sub down or restarting) is retried with capped backoff (at most
+// 5 s between attempts); a subscription that disappears after the start (a
+// restarted emulator) is recreated through Config.Recreate, or waited for.
+// A file write that fails transiently (a Cloud Storage outage) is retried
+// likewise before anything is acked; an ack that fails is logged and the
+// messages are redelivered (a duplicate, never a loss). Messages a
+// restarted emulator had not delivered are lost by the emulator itself.
+//
 // Stop: when the context ends (or, with IdleStop, after the subscription has
 // been idle that long), Run flushes, acknowledges and returns nil.
 package archive

@@ -5,6 +5,19 @@
 // DIR/{type}/{scope}/{window}/{as_of unix ms}.json. A list's version is its
 // as_of in Unix seconds, so republishing after a replay is idempotent and a
 // pointer never moves backwards. It also writes dead letters as NDJSON.
+//
+// # Redis outages
+//
+// A Redis outage never fails a bundle (on Prism a failed bundle fails the
+// job). ProcessElement only queues the list in a liststore.Publisher;
+// FinishBundle publishes the queue, retrying transient errors with capped
+// backoff (at most 2 s between attempts) for as long as Redis is down, so
+// the lists move again within about 2 s of Redis returning. Within a bundle
+// the newest version of each list wins: older queued versions are skipped,
+// and the publish script never moves a pointer backwards over a newer one.
+// While a bundle waits, the rest of the job (reading, counting) goes on; the
+// publish stage catches up when Redis returns. Errors that are not an outage
+// (a list that fails validation) still fail the bundle: they are bugs.
 package publish
 
 import (
@@ -64,15 +77,20 @@ type publishFn struct {
 	ListsOut    string
 
 	client *redis.Client
-	store  *liststore.Store
+	pub    *liststore.Publisher
 }
 
 func (fn *publishFn) Setup() {
 	if fn.RedisAddr == "" {
 		return
 	}
-	fn.client = redis.NewClient(&redis.Options{Addr: fn.RedisAddr, MaxRetries: 5})
-	fn.store = liststore.New(fn.client, liststore.Options{Prefix: fn.RedisPrefix})
+	// Short timeouts and no client-side retries: the Publisher retries
+	// with backoff, and a frozen Redis must not hold a call for long.
+	fn.client = redis.NewClient(&redis.Options{
+		Addr: fn.RedisAddr, MaxRetries: -1,
+		DialTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second,
+	})
+	fn.pub = liststore.NewPublisher(liststore.New(fn.client, liststore.Options{Prefix: fn.RedisPrefix}), nil)
 }
 
 func (fn *publishFn) Teardown() {
@@ -103,14 +121,11 @@ func (fn *publishFn) ProcessElement(ctx context.Context, key string, blob []byte
 	if err != nil {
 		return fmt.Errorf("publish %s: %w", key, err)
 	}
-	if fn.store != nil {
-		moved, err := fn.store.PublishRaw(ctx, k, version, blob)
-		if err != nil {
-			return fmt.Errorf("publish %s v%d: %w", key, version, err)
+	if fn.pub != nil {
+		if err := k.Validate(); err != nil || version <= 0 {
+			return fmt.Errorf("publish %s v%d: bad key or version: %v", key, version, err)
 		}
-		if moved {
-			listsMoved.Inc(ctx, 1)
-		}
+		fn.pub.Offer(k, version, blob)
 	}
 	if fn.ListsOut != "" {
 		dir := filepath.Join(fn.ListsOut, k.Type, k.Scope, string(k.Window))
@@ -120,6 +135,17 @@ func (fn *publishFn) ProcessElement(ctx context.Context, key string, blob []byte
 	}
 	listsPublished.Inc(ctx, 1)
 	return nil
+}
+
+// FinishBundle publishes the bundle's lists, waiting out a Redis outage
+// (see the package doc).
+func (fn *publishFn) FinishBundle(ctx context.Context) error {
+	if fn.pub == nil || fn.pub.Pending() == 0 {
+		return nil
+	}
+	moved, err := fn.pub.Flush(ctx)
+	listsMoved.Inc(ctx, int64(moved))
+	return err
 }
 
 // writeFileAtomic writes name in dir via a temporary file and a rename, so a

@@ -28,6 +28,7 @@
 //	m#exact_until                    c:t              hours before this are exact
 //	m#end_24h                        c:t              end of the 24-hour window the 24h candidates total
 //	g#{hour}#{type}#{scope}          c:json           grade of the fast path's 1h list ending at hour+1h
+//	r#{type}#{item}                  c:json           a removed item (takedown): the durable deny set, Redis is its cache
 //
 // Blobs are lines: "item<TAB>count" for lists, "type<TAB>scope<TAB>item" for
 // the index (ids never contain tabs or newlines: schemas.Validator).

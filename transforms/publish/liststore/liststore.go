@@ -12,6 +12,7 @@
 //	topk:{type}:{scope}:{window}:cur   string  n, in decimal: the current version
 //	topk:{type}:{scope}:{window}:prev  string  the version current before it
 //	topk:removed                       hash    "{type}\x00{item}" -> Removal JSON
+//	topk:removed:filled                string  set when the hash was filled from the durable deny set
 //	channel topk:lists                 pub/sub "{type}:{scope}:{window}" (ListKey.String) per pointer move
 //	channel topk:removals              pub/sub RemovalEvent JSON per deny-set change
 //
@@ -47,6 +48,13 @@
 // The deny set holds items taken down (AddRemoval, DeleteRemoval, Removals).
 // Lists are not rewritten: readers filter removed items out, which is why the
 // pipeline publishes a margin of entries beyond K.
+//
+// Where the deny set is kept durably (serving keeps it in Bigtable), the
+// hash is a cache of it: FillRemovals adds the durable set to the hash and
+// sets the marker key topk:removed:filled in one MULTI/EXEC; a Redis that
+// lost its data (restarted empty, flushed) has no marker, which
+// RemovalsState reports, and the reader refills it before trusting the
+// hash again.
 package liststore
 
 import (
@@ -150,6 +158,9 @@ func (st *Store) BlobKey(k schemas.ListKey, n int64) string {
 
 // RemovalsKey is the Redis hash holding the deny set.
 func (st *Store) RemovalsKey() string { return st.opts.Prefix + ":removed" }
+
+// RemovalsFilledKey marks the deny set hash as filled from the durable set.
+func (st *Store) RemovalsFilledKey() string { return st.opts.Prefix + ":removed:filled" }
 
 // publishScript moves the pointer. KEYS[1] pointer, KEYS[2] new blob,
 // KEYS[3] previous-version pointer; ARGV[1] n, ARGV[2] blob, ARGV[3]
@@ -421,6 +432,9 @@ type RemovalEvent struct {
 const (
 	OpAdd    = "add"
 	OpDelete = "delete"
+	// OpRefill: the hash was refilled from the durable deny set (Removal
+	// is empty); readers reload the whole set.
+	OpRefill = "refill"
 )
 
 func removalField(typ, item string) string { return typ + "\x00" + item }
@@ -446,20 +460,39 @@ func ValidateRemoval(typ, item, reason string) error {
 	return nil
 }
 
-// AddRemoval adds (type, item) to the deny set, or updates its reason, and
-// publishes an "add" event, in one MULTI/EXEC.
-func (st *Store) AddRemoval(ctx context.Context, typ, item, reason string) (Removal, error) {
+// NewRemoval validates a removal and stamps it with the store's clock.
+func (st *Store) NewRemoval(typ, item, reason string) (Removal, error) {
 	if err := ValidateRemoval(typ, item, reason); err != nil {
 		return Removal{}, err
 	}
-	r := Removal{Type: typ, Item: item, Reason: reason, At: st.opts.Now().UTC()}
+	return Removal{Type: typ, Item: item, Reason: reason, At: st.opts.Now().UTC()}, nil
+}
+
+// AddRemoval adds (type, item) to the deny set, or updates its reason, and
+// publishes an "add" event, in one MULTI/EXEC.
+func (st *Store) AddRemoval(ctx context.Context, typ, item, reason string) (Removal, error) {
+	r, err := st.NewRemoval(typ, item, reason)
+	if err != nil {
+		return Removal{}, err
+	}
+	return r, st.PutRemoval(ctx, r)
+}
+
+// PutRemoval adds a removal made by NewRemoval (or read back from the
+// durable set) to the deny set and publishes an "add" event, in one
+// MULTI/EXEC.
+func (st *Store) PutRemoval(ctx context.Context, r Removal) error {
+	typ, item := r.Type, r.Item
+	if err := ValidateRemoval(typ, item, r.Reason); err != nil {
+		return err
+	}
 	val, err := json.Marshal(r)
 	if err != nil {
-		return Removal{}, fmt.Errorf("add removal: %w", err)
+		return fmt.Errorf("add removal: %w", err)
 	}
 	ev, err := json.Marshal(RemovalEvent{Op: OpAdd, Removal: r})
 	if err != nil {
-		return Removal{}, fmt.Errorf("add removal: %w", err)
+		return fmt.Errorf("add removal: %w", err)
 	}
 	_, err = st.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.HSet(ctx, st.RemovalsKey(), removalField(typ, item), val)
@@ -467,9 +500,56 @@ func (st *Store) AddRemoval(ctx context.Context, typ, item, reason string) (Remo
 		return nil
 	})
 	if err != nil {
-		return Removal{}, fmt.Errorf("add removal %s/%s: %w", typ, item, err)
+		return fmt.Errorf("add removal %s/%s: %w", typ, item, err)
 	}
-	return r, nil
+	return nil
+}
+
+// FillRemovals adds every removal of all (the durable deny set) to the
+// hash, sets the filled marker and publishes a "refill" event, in one
+// MULTI/EXEC. Entries of the hash that all lacks are left alone (a refill
+// racing an admin write never drops a removal).
+func (st *Store) FillRemovals(ctx context.Context, all []Removal) error {
+	vals := make([]any, 0, 2*len(all))
+	for _, r := range all {
+		v, err := json.Marshal(r)
+		if err != nil {
+			return fmt.Errorf("fill removals: %w", err)
+		}
+		vals = append(vals, removalField(r.Type, r.Item), v)
+	}
+	ev, err := json.Marshal(RemovalEvent{Op: OpRefill})
+	if err != nil {
+		return fmt.Errorf("fill removals: %w", err)
+	}
+	_, err = st.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		if len(vals) > 0 {
+			p.HSet(ctx, st.RemovalsKey(), vals...)
+		}
+		p.Set(ctx, st.RemovalsFilledKey(), st.opts.Now().UTC().Format(time.RFC3339Nano), 0)
+		p.Publish(ctx, st.opts.RemovalsChannel, ev)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("fill removals: %w", err)
+	}
+	return nil
+}
+
+// RemovalsState returns the deny set as Removals does, and whether the
+// filled marker is set, read in one MULTI/EXEC.
+func (st *Store) RemovalsState(ctx context.Context) (all []Removal, filled bool, err error) {
+	var hget *redis.MapStringStringCmd
+	var exists *redis.IntCmd
+	_, err = st.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		hget = p.HGetAll(ctx, st.RemovalsKey())
+		exists = p.Exists(ctx, st.RemovalsFilledKey())
+		return nil
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("removals: %w", err)
+	}
+	return decodeRemovals(hget.Val()), exists.Val() == 1, nil
 }
 
 // DeleteRemoval restores (type, item) and publishes a "delete" event. existed
@@ -507,6 +587,12 @@ func (st *Store) Removals(ctx context.Context) ([]Removal, error) {
 	if err != nil {
 		return nil, fmt.Errorf("removals: %w", err)
 	}
+	return decodeRemovals(m), nil
+}
+
+// decodeRemovals decodes the hash's values, skipping entries that do not
+// decode, sorted by type then item.
+func decodeRemovals(m map[string]string) []Removal {
 	out := make([]Removal, 0, len(m))
 	for _, v := range m {
 		var r Removal
@@ -521,7 +607,7 @@ func (st *Store) Removals(ctx context.Context) ([]Removal, error) {
 		}
 		return out[i].Item < out[j].Item
 	})
-	return out, nil
+	return out
 }
 
 // SubscribeRemovals reports deny-set changes until ctx is done, when the
