@@ -182,7 +182,6 @@ func MergePartitions(values func(*[]byte) bool, limit int) (*summary.Summary, er
 	return acc, nil
 }
 
-
 // Build ranks a merged summary into a list of up to n entries (BuildMin
 // without a minimum count).
 func Build(sm *summary.Summary, key schemas.ListKey, asOf time.Time, k, n int) *schemas.List {
