@@ -53,7 +53,7 @@ type Config struct {
 	// a sparse replay legitimately outruns.
 	MaxFuture time.Duration
 	// Scopes: count each event in its country and region lists too, besides
-	// "global".
+	// "global" (the default; false counts global lists only).
 	Scopes bool
 }
 
@@ -65,6 +65,7 @@ func DefaultConfig() Config {
 		AllowedLateness: 2 * time.Minute,
 		Summary:         summary.DefaultConfig(),
 		MaxDistinct:     1 << 18,
+		Scopes:          true,
 	}
 }
 
