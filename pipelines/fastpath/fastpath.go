@@ -26,6 +26,7 @@ import (
 	"github.com/topk-dev/topk/transforms/merge"
 	"github.com/topk-dev/topk/transforms/preagg"
 	"github.com/topk-dev/topk/transforms/publish"
+	"github.com/topk-dev/topk/transforms/slide"
 	"github.com/topk-dev/topk/transforms/source"
 	"github.com/topk-dev/topk/transforms/stitch"
 )
@@ -46,6 +47,19 @@ type Config struct {
 	// with the open hours' minute summaries (transforms/stitch).
 	Long  bool
 	Exact stitch.StoreConfig
+	// MinCount per window: entries below it are left out of lists whose
+	// scope is not global (a quiet region's list is shorter, not a thousand
+	// items with one view each). Missing or 0: no minimum.
+	MinCount map[schemas.Window]uint64
+	// Trending scores the 5m lists into trending lists per (type, scope)
+	// (transforms/trend), published next to them; with Long, older
+	// history comes from the exact tables.
+	Trending bool
+	// Shards is the list merge's parallelism per window (0: 4).
+	Shards int
+	// Durable keeps the windows' panes in Beam state, so a partition's
+	// windows are rebuilt after a worker is lost (slide.BeamConfig.Durable).
+	Durable bool
 	// LongIdle is how long after a list's last hour with data its open
 	// hours are still reported every minute (0: stitch's default, 26 h,
 	// right for a stream; a bounded replay wants minutes, or its end
@@ -60,6 +74,11 @@ func DefaultConfig() Config {
 		Preagg:  preagg.DefaultConfig(),
 		Lists:   merge.DefaultConfig(),
 		Windows: []schemas.Window{schemas.Window1m, schemas.Window5m, schemas.Window1h},
+		MinCount: map[schemas.Window]uint64{
+			schemas.Window1m: 3, schemas.Window5m: 5, schemas.Window1h: 10,
+		},
+		Durable:  true,
+		Trending: true,
 	}
 }
 
@@ -82,6 +101,9 @@ func (c Config) validateAfterSource() error {
 	if len(c.Windows) == 0 {
 		return errors.New("no windows to publish")
 	}
+	if c.Shards < 0 || c.Shards > 1024 {
+		return fmt.Errorf("shards %d outside [0, 1024]", c.Shards)
+	}
 	if c.Long {
 		if err := c.Exact.Validate(); err != nil {
 			return err
@@ -94,7 +116,7 @@ func (c Config) validateAfterSource() error {
 		if !slices.Contains([]schemas.Window{schemas.Window1m, schemas.Window5m, schemas.Window1h}, w) {
 			return fmt.Errorf("window %q is not one the fast path publishes (1m, 5m, 1h)", w)
 		}
-		if w.Period()%c.Preagg.Bucket != 0 {
+		if w.Length()%w.Period() != 0 || w.Period()%c.Preagg.Bucket != 0 {
 			return fmt.Errorf("window %s moves every %v, not a multiple of the %v bucket", w, w.Period(), c.Preagg.Bucket)
 		}
 	}
@@ -127,33 +149,54 @@ func buildFrom(s beam.Scope, beacons, srcDead beam.PCollection, cfg Config) erro
 	publish.DeadLetters(s, beam.Flatten(s, srcDead, decodeDead), cfg.DeadLetterDir)
 
 	buckets := counter.Buckets(s, partials, cfg.Preagg.Bucket, cfg.Preagg.AllowedLateness)
-	var minutes beam.PCollection
-	for _, w := range cfg.Windows {
-		var windowed beam.PCollection
-		switch w {
-		case schemas.Window1h:
-			if !minutes.IsValid() {
-				minutes = counter.Fixed(s, buckets, time.Minute)
-			}
-			windowed = counter.Sliding(s, minutes, w.Length(), w.Period())
-		default:
-			windowed = counter.Sliding(s, buckets, w.Length(), w.Period())
+	sc := cfg.slideConfig()
+	results, minutes := slide.Windows(s, buckets, sc)
+	var mw []merge.Window
+	for _, w := range sc.Windows {
+		mw = append(mw, merge.Window{Name: w.Name, MinCount: w.MinCount})
+	}
+	lists := merge.Lists(s, results, cfg.Preagg.Bucket, mw, cfg.Lists)
+	publish.Lists(s, lists, cfg.Publish)
+	if cfg.Trending && slices.Contains(cfg.Windows, schemas.Window5m) {
+		var exact stitch.StoreConfig
+		if cfg.Long {
+			exact = cfg.Exact
 		}
-		// One publish step per window: Flatten needs equal windowing.
-		publish.Lists(s, merge.Lists(s, windowed, w, cfg.Lists), cfg.Publish)
+		PublishTrending(s, lists, TrendConfig(exact), cfg.Publish)
 	}
 	if cfg.Long {
-		if !minutes.IsValid() {
-			minutes = counter.Fixed(s, buckets, time.Minute)
-		}
-		sc := stitch.DefaultConfig()
-		sc.Store, sc.K, sc.Margin = cfg.Exact, cfg.Lists.K, cfg.Lists.Margin
+		lc := stitch.DefaultConfig()
+		lc.Store, lc.K, lc.Margin = cfg.Exact, cfg.Lists.K, cfg.Lists.Margin
 		if cfg.LongIdle > 0 {
-			sc.IdleLimit = cfg.LongIdle
+			lc.IdleLimit = cfg.LongIdle
 		}
-		publish.Lists(s, stitch.Lists(s, stitch.OpenParts(s, minutes, sc), sc), cfg.Publish)
+		publish.Lists(s, stitch.Lists(s, stitch.OpenParts(s, minutes, lc), lc), cfg.Publish)
 	}
 	return nil
+}
+
+// slideConfig is the sliding windows' configuration: the published windows
+// (and the minutes the long windows read).
+func (c Config) slideConfig() slide.BeamConfig {
+	sc := slide.BeamConfig{
+		Config:  slide.Config{Bucket: c.Preagg.Bucket, Limit: c.Lists.K + c.Lists.Margin},
+		Shards:  c.Shards,
+		Minutes: c.Long,
+		Durable: c.Durable,
+	}
+	if sc.Shards == 0 {
+		sc.Shards = 4
+	}
+	windows := slices.Clone(c.Windows)
+	if c.Long && !slices.Contains(windows, schemas.Window1h) {
+		// The long windows read the minutes the 1h window slides over; a
+		// 1h window that is not published still keeps them.
+		windows = append(windows, schemas.Window1h)
+	}
+	for _, w := range windows {
+		sc.Windows = append(sc.Windows, slide.Window{Name: string(w), Length: w.Length(), Period: w.Period(), MinCount: c.MinCount[w]})
+	}
+	return sc
 }
 
 // Report is what a finite run did: the line the streaming command prints.

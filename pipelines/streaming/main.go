@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"time"
 
@@ -46,6 +47,9 @@ type Flags struct {
 	Types           string
 	Scopes          bool
 	Windows         string
+	MinCount        string
+	Shards          int
+	DurableWindows  bool
 	Redis           string
 	RedisPrefix     string
 	ListsOut        string
@@ -73,8 +77,11 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.IntVar(&f.SketchDepth, "sketch_depth", d.Preagg.Summary.SketchDepth, "count-min sketch depth")
 	fs.IntVar(&f.MaxDistinct, "max_distinct", d.Preagg.MaxDistinct, "distinct keys held per bundle before an early flush")
 	fs.StringVar(&f.Types, "types", "", "comma-separated item types to accept (empty: any well-formed type)")
-	fs.BoolVar(&f.Scopes, "scopes", false, "also count country and region lists")
+	fs.BoolVar(&f.Scopes, "scopes", d.Preagg.Scopes, "count every event in its country and region lists too, besides global (false: global lists only)")
 	fs.StringVar(&f.Windows, "windows", "1m,5m,1h", "windows to publish")
+	fs.StringVar(&f.MinCount, "min_count", formatMinCount(d.MinCount), "per window, the smallest count a country or region list shows (WINDOW=N,...; global lists show every entry)")
+	fs.IntVar(&f.Shards, "shards", 4, "list merge groups per window (parallelism of the merge across partitions)")
+	fs.BoolVar(&f.DurableWindows, "durable_windows", d.Durable, "keep the sliding windows' panes in Beam state (so a lost worker's windows are rebuilt on Dataflow/Flink); false saves the writes where state does not outlive the process")
 	fs.StringVar(&f.Redis, "redis", "", "Redis address (default $REDIS_ADDR; an embedded server when both are empty)")
 	fs.StringVar(&f.RedisPrefix, "redis_prefix", "", "Redis key prefix (default topk)")
 	fs.StringVar(&f.ListsOut, "lists_out", "", "also write every list version to DIR/{type}/{scope}/{window}/{as_of ms}.json")
@@ -120,6 +127,10 @@ func (f *Flags) Config(redisAddr string) (fastpath.Config, error) {
 	for _, w := range strings.Split(f.Windows, ",") {
 		cfg.Windows = append(cfg.Windows, schemas.Window(strings.TrimSpace(w)))
 	}
+	if cfg.MinCount, err = parseMinCount(f.MinCount); err != nil {
+		return cfg, err
+	}
+	cfg.Shards, cfg.Durable = f.Shards, f.DurableWindows
 	cfg.Publish.RedisAddr, cfg.Publish.RedisPrefix, cfg.Publish.ListsOut = redisAddr, f.RedisPrefix, f.ListsOut
 	cfg.DeadLetterDir = f.DeadLetterDir
 	cfg.Long, cfg.LongIdle = f.Long, f.LongIdle
@@ -128,6 +139,34 @@ func (f *Flags) Config(redisAddr string) (fastpath.Config, error) {
 		cfg.DeadLetterDir = filepath.Join(f.ListsOut, "deadletter")
 	}
 	return cfg, cfg.Validate()
+}
+
+// formatMinCount writes minimum counts as --min_count takes them.
+func formatMinCount(m map[schemas.Window]uint64) string {
+	var parts []string
+	for _, w := range []schemas.Window{schemas.Window1m, schemas.Window5m, schemas.Window1h} {
+		if c, ok := m[w]; ok {
+			parts = append(parts, fmt.Sprintf("%s=%d", w, c))
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+// parseMinCount reads --min_count: WINDOW=N pairs, comma-separated.
+func parseMinCount(s string) (map[schemas.Window]uint64, error) {
+	out := map[schemas.Window]uint64{}
+	if strings.TrimSpace(s) == "" {
+		return out, nil
+	}
+	for _, kv := range strings.Split(s, ",") {
+		w, n, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		c, err := strconv.ParseUint(n, 10, 32)
+		if !ok || err != nil || !schemas.Window(w).Valid() {
+			return nil, fmt.Errorf("--min_count: %q is not WINDOW=N (e.g. 1m=3,5m=5,1h=10)", kv)
+		}
+		out[schemas.Window(w)] = c
+	}
+	return out, nil
 }
 
 func main() {

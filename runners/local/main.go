@@ -33,7 +33,9 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -43,10 +45,8 @@ import (
 
 	"github.com/topk-dev/topk/internal/pubsubx"
 	"github.com/topk-dev/topk/internal/redisx"
-	"github.com/topk-dev/topk/internal/zipf"
 	"github.com/topk-dev/topk/pipelines/fastpath"
 	"github.com/topk-dev/topk/pipelines/recount"
-	"github.com/topk-dev/topk/schemas"
 	"github.com/topk-dev/topk/serving/api"
 	"github.com/topk-dev/topk/transforms/archive"
 	"github.com/topk-dev/topk/transforms/exact/store"
@@ -62,6 +62,8 @@ type Config struct {
 	Items      uint64        // Zipf universe
 	Zipf       float64       // Zipf exponent
 	Beacon     int           // events per beacon
+	Types      []string      // synthetic item types
+	Countries  int           // synthetic countries (each with four ISO 3166-2 regions)
 	Duration   time.Duration // 0: until the context ends
 	IdleStop   time.Duration // source ends after this long without messages
 	Progress   time.Duration
@@ -88,6 +90,8 @@ func main() {
 	flag.Uint64Var(&cfg.Items, "items", 1_000_000, "synthetic item universe")
 	flag.Float64Var(&cfg.Zipf, "zipf", 1.1, "Zipf exponent of the synthetic load")
 	flag.IntVar(&cfg.Beacon, "beacon", 100, "events per beacon")
+	types := flag.String("types", "video,hashtag,search", "synthetic item types (comma-separated)")
+	flag.IntVar(&cfg.Countries, "countries", 20, "synthetic countries, largest first, each with four real ISO 3166-2 regions (0: global lists only)")
 	flag.DurationVar(&cfg.Duration, "duration", 0, "stop after this long (0: at Ctrl-C)")
 	flag.DurationVar(&cfg.IdleStop, "idle_stop", 5*time.Second, "the Pub/Sub source ends after this long without messages")
 	flag.DurationVar(&cfg.Progress, "progress", 5*time.Second, "progress line period")
@@ -99,6 +103,7 @@ func main() {
 	flag.DurationVar(&cfg.RecountEvery, "recount_every", time.Minute, "how often to look for closed hours to recount")
 	flag.StringVar(&cfg.AdminToken, "admin_token", os.Getenv("TOPK_ADMIN_TOKEN"), "bearer token for /v1/admin (default $TOPK_ADMIN_TOKEN)")
 	flag.Parse()
+	cfg.Types = strings.Split(*types, ",")
 	beam.Init()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -170,7 +175,7 @@ func Run(ctx context.Context, cfg Config, out *os.File) (Stats, error) {
 	defer rconn.Close()
 	lists := liststore.New(rconn.Client, liststore.Options{})
 
-	srv, err := api.New(api.Config{Addr: cfg.Addr, Redis: rconn.Client, PubSub: ps, AdminToken: cfg.AdminToken, Types: []string{"video"}})
+	srv, err := api.New(api.Config{Addr: cfg.Addr, Redis: rconn.Client, PubSub: ps, AdminToken: cfg.AdminToken, Types: cfg.loadTypes()})
 	if err != nil {
 		return Stats{}, err
 	}
@@ -253,8 +258,8 @@ func Run(ctx context.Context, cfg Config, out *os.File) (Stats, error) {
 	loadDone := make(chan error, 1)
 	go func() { loadDone <- publishLoad(ctx, ps.Publisher("views"), cfg, &published) }()
 
-	fmt.Fprintf(out, "topk local: API on %s, Pub/Sub %s, Redis %s, Bigtable %s, load %d events/s (Zipf %.1f over %d items)\n",
-		cfg.Addr, psAddr, rconn.Addr, btAddr, cfg.Rate, cfg.Zipf, cfg.Items)
+	fmt.Fprintf(out, "topk local: API on %s, Pub/Sub %s, Redis %s, Bigtable %s, load %d events/s (Zipf %.1f over %d items; types %s; %d countries with their regions)\n",
+		cfg.Addr, psAddr, rconn.Addr, btAddr, cfg.Rate, cfg.Zipf, cfg.Items, strings.Join(cfg.loadTypes(), ","), cfg.Countries)
 	tick := time.NewTicker(cfg.Progress)
 	defer tick.Stop()
 	last, lastAt := int64(0), time.Now()
@@ -307,18 +312,34 @@ loop:
 	return st, nil
 }
 
-// publishLoad publishes Zipf beacons at cfg.Rate events/s, event time = now,
-// until ctx ends, and waits for every publish to be acknowledged.
+// loadTypes are the synthetic load's types (video when none are set).
+func (c Config) loadTypes() []string {
+	if len(c.Types) == 0 {
+		return []string{"video"}
+	}
+	return c.Types
+}
+
+// publishLoad publishes synthetic beacons (source.Generator: Zipf items of
+// every type, named per type, from Countries countries and their regions)
+// at cfg.Rate events/s, event time = now, until ctx ends, and waits for
+// every publish to be acknowledged.
 func publishLoad(ctx context.Context, pub *pubsub.Publisher, cfg Config, n *atomic.Int64) error {
 	defer pub.Stop()
-	z := zipf.New(1, cfg.Zipf, cfg.Items)
+	g, err := source.NewGenerator(source.SyntheticSpec{
+		Items: cfg.Items, Zipf: cfg.Zipf, Beacon: cfg.Beacon, Types: cfg.loadTypes(), Countries: cfg.Countries,
+		// A seed per run: event ids differ from an earlier run's in the
+		// same archive hour, which the recount's dedupe would drop.
+		Seed: uint64(time.Now().UnixNano()) | 1,
+	})
+	if err != nil {
+		return fmt.Errorf("load: %w", err)
+	}
 	beacons := max(1, cfg.Rate/cfg.Beacon)
 	period := time.Second / time.Duration(beacons)
 	next := time.Now()
-	var b schemas.Beacon
 	var results []*pubsub.PublishResult
-	seq := 0
-	for ctx.Err() == nil {
+	for k := int64(0); ctx.Err() == nil; {
 		now := time.Now()
 		if now.Before(next) {
 			select {
@@ -328,22 +349,14 @@ func publishLoad(ctx context.Context, pub *pubsub.Publisher, cfg Config, n *atom
 			continue
 		}
 		next = next.Add(period)
-		b.BeaconID = "local-" + strconv.Itoa(seq)
-		b.Events = b.Events[:0]
-		for i := 0; i < cfg.Beacon; i++ {
-			seq++
-			b.Events = append(b.Events, schemas.Event{
-				EventID: "e" + strconv.Itoa(seq), Type: "video",
-				Item: "v_" + strconv.FormatUint(z.Next(), 10), TS: now,
-			})
-		}
-		data, err := schemas.MarshalBeacon(&b)
+		b, events, err := g.Beacon(k, now)
 		if err != nil {
 			return err
 		}
-		results = append(results, pub.Publish(ctx, &pubsub.Message{Data: data,
-			Attributes: map[string]string{"ts": strconv.FormatInt(now.UnixMilli(), 10), "beacon_id": b.BeaconID}}))
-		n.Add(int64(cfg.Beacon))
+		results = append(results, pub.Publish(ctx, &pubsub.Message{Data: slices.Clone(b),
+			Attributes: map[string]string{"ts": strconv.FormatInt(now.UnixMilli(), 10), "beacon_id": "local-" + strconv.FormatInt(k, 10)}}))
+		k++
+		n.Add(int64(events))
 		if len(results) >= 256 {
 			for _, r := range results {
 				if _, err := r.Get(context.Background()); err != nil {

@@ -1,30 +1,13 @@
-// Package counter turns the pre-aggregator's partial summaries into bucket
-// summaries and sliding-window summaries per (list, partition). Every step is
-// the same merge of disjoint event sets (summary.MergeEvents) after a
-// GroupByKey in the step's windows; sliding windows copy summaries, never
-// events, so a one-hour window sliding by a minute copies sixty minute
-// summaries per partition.
+// Package counter merges the pre-aggregator's partial summary sets into one
+// set per partition and 10 s bucket: the panes the sliding windows
+// (transforms/slide) are built from. Every step is the same merge of
+// disjoint event sets (summary.MergeEvents), list by list, after a
+// GroupByKey in fixed bucket windows.
 //
-// Lateness is decided at the bucket step: its fixed windows allow
-// Config.AllowedLateness, and a late pane carries only the late summaries
-// (discarding mode), which the steps downstream merge as one more disjoint
-// event set in every window that has not fired yet: Fixed keeps its input's
-// allowed lateness, so a late bucket reaches the hour windows through a
-// minute that already fired. The sliding steps allow no lateness of their
-// own, so a list that has been published is never republished with partial
-// contents.
-//
-// Sliding windows are built by copying, not with Beam's SlidingWindows: each
-// summary is copied to the end of every window that holds it and grouped in
-// fixed windows of one period. With SlidingWindows, Prism holds a GroupByKey's
-// output watermark at its earliest pending element, and a summary waits in
-// the later windows that hold it, so every downstream step of the window (the
-// list merge) fired (length - period) after the window's end (50 s for 1m,
-// 59 min for 1h); meanwhile a late summary reaching a window that had already
-// fired was not dropped (Prism drops against that held watermark) but fired
-// a second pane, which the list merge (summary.MergeKeys) took for another
-// partition: an item in both panes kept one count, an under-count. A copy
-// waits only for its own window.
+// Lateness is decided here: the bucket windows allow Config.AllowedLateness,
+// and a late pane carries only the late summaries (discarding mode), which
+// the windows downstream merge as one more disjoint event set into their
+// bucket and into every window that has not slid past it yet.
 package counter
 
 import (
@@ -38,8 +21,9 @@ import (
 	"github.com/topk-dev/topk/transforms/summary"
 )
 
-// Buckets merges partial summaries (KV<string, []byte>, timestamped within
-// their bucket) into one summary per key and fixed bucket window.
+// Buckets merges partial summary sets (KV<partition, summary set>,
+// timestamped within their bucket) into one set per partition and fixed
+// bucket window (plus late panes).
 func Buckets(s beam.Scope, partials beam.PCollection, bucket, allowedLateness time.Duration) beam.PCollection {
 	s = s.Scope("counter.Buckets")
 	if bucket <= 0 || allowedLateness < 0 {
@@ -47,104 +31,72 @@ func Buckets(s beam.Scope, partials beam.PCollection, bucket, allowedLateness ti
 	}
 	w := beam.WindowInto(s, window.NewFixedWindows(bucket), partials,
 		beam.AllowedLateness(allowedLateness), beam.PanesDiscard())
-	return MergeGrouped(s, beam.GroupByKey(s, w))
-}
-
-// Fixed merges summaries into one per key and fixed window of size d (the
-// minute summaries that feed the hour). It keeps the allowed lateness of its
-// input's windows: a late pane of a bucket whose minute already fired makes
-// a late pane of the minute.
-func Fixed(s beam.Scope, summaries beam.PCollection, d time.Duration) beam.PCollection {
-	s = s.Scope("counter.Fixed")
-	if d <= 0 {
-		panic(fmt.Sprintf("counter: window %v", d))
-	}
-	lateness := time.Duration(summaries.WindowingStrategy().AllowedLateness) * time.Millisecond
-	w := beam.WindowInto(s, window.NewFixedWindows(d), summaries, beam.AllowedLateness(lateness), beam.PanesDiscard())
-	return MergeGrouped(s, beam.GroupByKey(s, w))
-}
-
-// Sliding merges summaries into one per key and sliding window of the given
-// length, emitted every period. The sliding window [end-length, end) comes
-// out in the fixed window [end-period, end): use its end (the list's as_of),
-// not its start.
-func Sliding(s beam.Scope, summaries beam.PCollection, length, period time.Duration) beam.PCollection {
-	s = s.Scope("counter.Sliding")
-	if period <= 0 || length < period || length%period != 0 || period%time.Millisecond != 0 {
-		panic(fmt.Sprintf("counter: sliding window %v every %v", length, period))
-	}
-	copies := beam.ParDo(s, &slideFn{LengthMs: length.Milliseconds(), PeriodMs: period.Milliseconds()}, summaries)
-	w := beam.WindowInto(s, window.NewFixedWindows(period), copies, beam.PanesDiscard())
-	return MergeGrouped(s, beam.GroupByKey(s, w))
-}
-
-// slideFn copies a summary to the last millisecond of every sliding window
-// (epoch-aligned, as Beam's) that holds its timestamp.
-type slideFn struct {
-	LengthMs, PeriodMs int64
-}
-
-func (fn *slideFn) ProcessElement(ts beam.EventTime, key string, sm []byte, emit func(beam.EventTime, string, []byte)) {
-	for _, end := range windowEnds(int64(ts), fn.LengthMs, fn.PeriodMs) {
-		emit(beam.EventTime(end-1), key, sm)
-	}
-}
-
-// windowEnds are the ends (Unix ms) of the epoch-aligned sliding windows
-// [end-length, end), one every period, that hold t: the multiples of period
-// in (t, t+length].
-func windowEnds(t, length, period int64) []int64 {
-	m := t % period
-	if m < 0 {
-		m += period
-	}
-	var ends []int64
-	for end := t - m + period; end <= t+length; end += period {
-		ends = append(ends, end)
-	}
-	return ends
-}
-
-// MergeGrouped merges each key's grouped summaries (KV<string,
-// iter<[]byte>>) into one (KV<string, []byte>).
-func MergeGrouped(s beam.Scope, grouped beam.PCollection) beam.PCollection {
-	return beam.ParDo(s.Scope("counter.MergeEvents"), mergeEventsFn, grouped)
+	return beam.ParDo(s, mergeSetsFn, beam.GroupByKey(s, w))
 }
 
 func init() {
-	register.Function3x1[string, func(*[]byte) bool, func(string, []byte), error](mergeEventsFn)
-	register.DoFn4x0[beam.EventTime, string, []byte, func(beam.EventTime, string, []byte)](&slideFn{})
+	register.Function3x1[string, func(*[]byte) bool, func(string, []byte), error](mergeSetsFn)
 	register.Iter1[[]byte]()
 	register.Emitter2[string, []byte]()
-	register.Emitter3[beam.EventTime, string, []byte]()
 }
 
-// mergeEventsFn merges summaries of disjoint event sets of one key.
-func mergeEventsFn(key string, values func(*[]byte) bool, emit func(string, []byte)) error {
-	acc, err := MergeAll(values)
+// mergeSetsFn merges summary sets of disjoint event sets of one partition.
+func mergeSetsFn(key string, values func(*[]byte) bool, emit func(string, []byte)) error {
+	out, err := MergeSets(values)
 	if err != nil {
 		return fmt.Errorf("merge %q: %w", key, err)
 	}
-	if acc == nil {
-		return nil
+	if out != nil {
+		emit(key, out)
 	}
-	out, err := acc.MarshalBinary()
-	if err != nil {
-		return fmt.Errorf("merge %q: encode: %w", key, err)
-	}
-	emit(key, out)
 	return nil
 }
 
-// MergeAll decodes and merges (MergeEvents) every summary the iterator
-// yields; nil if it yields none.
-func MergeAll(values func(*[]byte) bool) (*summary.Summary, error) {
-	var m summary.Merger
-	var b []byte
+// MergeSets decodes every summary set the iterator yields and merges them
+// list by list (MergeEvents); the encoded result, nil if it yields none.
+func MergeSets(values func(*[]byte) bool) ([]byte, error) {
+	var (
+		b      []byte
+		n      int
+		first  []byte
+		merged = map[string]*summary.Merger{}
+	)
+	add := func(set []byte) error {
+		return summary.EachInSet(set, func(list string, sm []byte) error {
+			m := merged[list]
+			if m == nil {
+				m = new(summary.Merger)
+				merged[list] = m
+			}
+			return m.AddEncoded(sm)
+		})
+	}
 	for values(&b) {
-		if err := m.AddEncoded(b); err != nil {
+		n++
+		switch n {
+		case 1:
+			first = append(first[:0], b...) // the iterator may reuse b
+			continue
+		case 2:
+			if err := add(first); err != nil {
+				return nil, err
+			}
+		}
+		if err := add(b); err != nil {
 			return nil, err
 		}
 	}
-	return m.Result(), nil
+	switch n {
+	case 0:
+		return nil, nil
+	case 1:
+		return first, nil // one pane: nothing to merge
+	}
+	keys := make([]string, 0, len(merged))
+	sums := make([]*summary.Summary, 0, len(merged))
+	for k, m := range merged {
+		keys = append(keys, k)
+		sums = append(sums, m.Result())
+	}
+	return summary.AppendSet(nil, keys, sums)
 }

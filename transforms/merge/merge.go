@@ -1,15 +1,18 @@
-// Package merge builds published lists: it merges one window's partition
+// Package merge builds published lists: it merges the partitions' window
 // summaries of a list (summary.MergeKeys: each item lives in one partition,
 // so the global top K is inside the union of the partitions' top lists) and
 // ranks the result into a schemas.List with its bounds, max_overcount and
 // certified depth. The GroupByKey fires when the watermark passes the
-// window's end, so a list never misses a partition.
+// slide's end, after every partition's timer for that slide has fired, so a
+// list never misses a partition.
 package merge
 
 import (
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
@@ -18,7 +21,6 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
 
 	"github.com/topk-dev/topk/schemas"
-	"github.com/topk-dev/topk/transforms/preagg"
 	"github.com/topk-dev/topk/transforms/summary"
 )
 
@@ -42,41 +44,97 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Lists turns windowed partition summaries (KV<"type\x00scope\x00part",
-// []byte>) into published lists of window w: a PCollection<KV<string,
-// []byte>> of list key (schemas.ListKey.String()) and the list's JSON, one per
-// list and window pane. as_of is the window's end and version its Unix second,
+// Window is what Lists needs of one sliding window.
+type Window struct {
+	Name     string // a schemas.Window, the slide.Window name
+	MinCount uint64 // the window's minimum count in non-global lists
+}
+
+// Lists turns the sliding windows' results (slide.Windows: KV<"window\x00
+// shard", summary set of list -> partition window summary>, timestamped at
+// the slide's end - 1 ms) into published lists: a PCollection<KV<string,
+// []byte>> of list key (schemas.ListKey.String()) and the list's JSON, one
+// per list and slide. as_of is the slide's end and version its Unix second,
 // so a replay republishes the same version.
-func Lists(s beam.Scope, windowed beam.PCollection, w schemas.Window, cfg Config) beam.PCollection {
+func Lists(s beam.Scope, results beam.PCollection, bucket time.Duration, windows []Window, cfg Config) beam.PCollection {
 	s = s.Scope("merge.Lists")
 	if err := cfg.Validate(); err != nil {
 		panic(fmt.Sprintf("merge: %v", err))
 	}
-	if !w.Valid() {
-		panic(fmt.Sprintf("merge: window %q", w))
+	if bucket <= 0 {
+		panic(fmt.Sprintf("merge: bucket %v", bucket))
 	}
-	byList := beam.ParDo(s, dropPartitionFn, windowed)
-	return beam.ParDo(s, &buildListFn{Window: string(w), K: cfg.K, Margin: cfg.Margin}, beam.GroupByKey(s, byList))
+	fn := &buildListsFn{K: cfg.K, Margin: cfg.Margin}
+	for _, w := range windows {
+		if !schemas.Window(w.Name).Valid() {
+			panic(fmt.Sprintf("merge: window %q", w.Name))
+		}
+		fn.Windows = append(fn.Windows, w.Name)
+		fn.MinCounts = append(fn.MinCounts, w.MinCount)
+	}
+	w := beam.WindowInto(s, window.NewFixedWindows(bucket), results)
+	return beam.ParDo(s, fn, beam.GroupByKey(s, w))
 }
 
 func init() {
-	register.Function3x1[string, []byte, func(string, []byte), error](dropPartitionFn)
-	register.DoFn4x1[typex.Window, string, func(*[]byte) bool, func(string, []byte), error](&buildListFn{})
+	register.DoFn4x1[typex.Window, string, func(*[]byte) bool, func(string, []byte), error](&buildListsFn{})
 	register.Iter1[[]byte]()
 	register.Emitter2[string, []byte]()
 }
 
-// dropPartitionFn re-keys a partition summary by its list, "type\x00scope",
-// and prefixes the value with its partition (a uvarint) so that the list
-// step can tell two outputs of one partition (disjoint events: a late pane)
-// from two partitions (disjoint keys).
-func dropPartitionFn(key string, sm []byte, emit func(string, []byte)) error {
-	typ, scope, part, err := preagg.SplitKey(key)
-	if err != nil {
-		return err
+// buildListsFn merges one (window, shard)'s partition sets into lists.
+type buildListsFn struct {
+	Windows   []string
+	MinCounts []uint64
+	K, Margin int
+}
+
+func (fn *buildListsFn) ProcessElement(w typex.Window, key string, values func(*[]byte) bool, emit func(string, []byte)) error {
+	iw, ok := w.(window.IntervalWindow)
+	if !ok {
+		return fmt.Errorf("merge: %q in a %T, want an interval window", key, w)
 	}
-	v := binary.AppendUvarint(make([]byte, 0, len(sm)+3), uint64(part))
-	emit(typ+"\x00"+scope, append(v, sm...))
+	name, _, found := strings.Cut(key, "\x00")
+	wi := slices.Index(fn.Windows, name)
+	if !found || wi < 0 {
+		return fmt.Errorf("merge: result key %q", key)
+	}
+	limit := fn.K + fn.Margin
+	lists := map[string]*summary.Summary{}
+	var b []byte
+	for values(&b) {
+		err := summary.EachInSet(b, func(list string, smb []byte) error {
+			sm, err := summary.Unmarshal(smb)
+			if err != nil {
+				return err
+			}
+			sm.Sketch = nil // lists are answered from entries and Theta
+			acc := lists[list]
+			if acc == nil {
+				lists[list] = sm
+				return nil
+			}
+			lists[list], err = summary.MergeKeys(acc, sm, limit)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("merge %q: %w", key, err)
+		}
+	}
+	asOf := iw.End.ToTime().UTC()
+	for _, list := range slices.Sorted(maps.Keys(lists)) {
+		typ, scope, _ := strings.Cut(list, "\x00")
+		minCount := fn.MinCounts[wi]
+		if scope == schemas.ScopeGlobal {
+			minCount = 0
+		}
+		l := BuildMin(lists[list], schemas.ListKey{Type: typ, Scope: scope, Window: schemas.Window(name)}, asOf, fn.K, limit, minCount)
+		out, err := schemas.MarshalList(l)
+		if err != nil {
+			return fmt.Errorf("merge %q: %w", list, err)
+		}
+		emit(l.Key().String(), out)
+	}
 	return nil
 }
 
@@ -124,50 +182,26 @@ func MergePartitions(values func(*[]byte) bool, limit int) (*summary.Summary, er
 	return acc, nil
 }
 
-type buildListFn struct {
-	Window    string
-	K, Margin int
-}
-
-func (fn *buildListFn) ProcessElement(w typex.Window, key string, values func(*[]byte) bool, emit func(string, []byte)) error {
-	iw, ok := w.(window.IntervalWindow)
-	if !ok {
-		return fmt.Errorf("merge: list %q in a %T, want an interval window", key, w)
-	}
-	typ, scope, found := cut(key)
-	if !found {
-		return fmt.Errorf("merge: list key %q", key)
-	}
-	limit := fn.K + fn.Margin
-	acc, err := MergePartitions(values, limit)
-	if err != nil {
-		return fmt.Errorf("merge %q: %w", key, err)
-	}
-	if acc == nil {
-		return nil
-	}
-	asOf := iw.End.ToTime().UTC()
-	l := Build(acc, schemas.ListKey{Type: typ, Scope: scope, Window: schemas.Window(fn.Window)}, asOf, fn.K, limit)
-	out, err := schemas.MarshalList(l)
-	if err != nil {
-		return fmt.Errorf("merge %q: %w", key, err)
-	}
-	emit(l.Key().String(), out)
-	return nil
-}
-
-// Build ranks a merged summary into a list of up to n entries. It is
-// complete when its first k are certified, or when every item of the window
-// is listed and certified (fewer than k exist: Theta is 0 and nothing was
-// dropped).
+// Build ranks a merged summary into a list of up to n entries (BuildMin
+// without a minimum count).
 func Build(sm *summary.Summary, key schemas.ListKey, asOf time.Time, k, n int) *schemas.List {
+	return BuildMin(sm, key, asOf, k, n, 0)
+}
+
+// BuildMin ranks a merged summary into a list of up to n entries whose
+// entries were cut at minCount (slide.Window.MinCount). It is complete when
+// its first k are certified, or when every item that can reach the minimum
+// (at least 1) is listed and certified: the list is shorter than k because
+// fewer items qualify, and Theta, the bound of everything left out, is below
+// the minimum.
+func BuildMin(sm *summary.Summary, key schemas.ListKey, asOf time.Time, k, n int, minCount uint64) *schemas.List {
 	ans := sm.Answer(n)
 	l := &schemas.List{
 		Type: key.Type, Scope: key.Scope, Window: key.Window,
 		AsOf:         asOf,
 		MaxOvercount: ans.MaxOvercount,
 		CertifiedK:   ans.CertifiedK,
-		Complete:     ans.CertifiedK >= k || (ans.CertifiedK == len(sm.Entries) && sm.Theta == 0),
+		Complete:     ans.CertifiedK >= k || (ans.CertifiedK == len(sm.Entries) && sm.Theta < max(minCount, 1)),
 		Version:      asOf.Unix(),
 		Total:        sm.Total,
 		Items:        make([]schemas.Entry, len(ans.Entries)),
@@ -176,13 +210,4 @@ func Build(sm *summary.Summary, key schemas.ListKey, asOf time.Time, k, n int) *
 		l.Items[i] = schemas.Entry{Rank: i + 1, Item: e.Item, Count: e.Hi, Lower: e.Lo}
 	}
 	return l
-}
-
-func cut(key string) (typ, scope string, ok bool) {
-	for i := 0; i < len(key); i++ {
-		if key[i] == 0 {
-			return key[:i], key[i+1:], true
-		}
-	}
-	return "", "", false
 }

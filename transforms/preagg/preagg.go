@@ -53,7 +53,7 @@ type Config struct {
 	// a sparse replay legitimately outruns.
 	MaxFuture time.Duration
 	// Scopes: count each event in its country and region lists too, besides
-	// "global".
+	// "global" (the default; false counts global lists only).
 	Scopes bool
 }
 
@@ -65,6 +65,7 @@ func DefaultConfig() Config {
 		AllowedLateness: 2 * time.Minute,
 		Summary:         summary.DefaultConfig(),
 		MaxDistinct:     1 << 18,
+		Scopes:          true,
 	}
 }
 
@@ -90,7 +91,14 @@ func (c Config) Validate() error {
 	return c.Summary.Validate()
 }
 
-// Key is the shuffle key of a summary: "type\x00scope\x00partition".
+// ListKey is a list's key in summary sets: "type\x00scope".
+func ListKey(typ, scope string) string { return typ + "\x00" + scope }
+
+// PartitionKey is the shuffle key of a partition's summary sets.
+func PartitionKey(p int) string { return strconv.Itoa(p) }
+
+// Key is the key of one list's summaries in one partition (the long
+// windows' minutes): "type\x00scope\x00partition".
 func Key(typ, scope string, partition int) string {
 	return typ + "\x00" + scope + "\x00" + strconv.Itoa(partition)
 }
@@ -109,8 +117,9 @@ func SplitKey(k string) (typ, scope string, partition int, err error) {
 }
 
 // Apply decodes beacons (PCollection<[]byte>) into summaries, a
-// PCollection<KV<string, []byte>> of encoded summary.Summary keyed by Key and
-// timestamped with the bucket's start, and dead letters, a
+// PCollection<KV<string, []byte>> of summary sets (summary.AppendSet: list
+// key -> summary) keyed by PartitionKey and timestamped with the bucket's
+// start, one per (bucket, partition) per flush, and dead letters, a
 // PCollection<schemas.DeadLetter>. It panics on an invalid Config (at
 // construction, not on a worker).
 func Apply(s beam.Scope, beacons beam.PCollection, cfg Config) (summaries, dead beam.PCollection) {
@@ -280,26 +289,41 @@ func (fn *preaggFn) counter() *summary.Counter {
 	return summary.NewCounter(fn.MaxDistinct)
 }
 
-// flush emits one summary per non-empty (group, partition) and resets the map.
+// flush emits one summary set per (bucket, partition) holding a summary per
+// list with events there, and resets the map.
 func (fn *preaggFn) flush(emit func(beam.EventTime, string, []byte)) {
+	type out struct {
+		keys []string
+		sums []*summary.Summary
+	}
+	outs := map[[2]int64]*out{}
 	for k, g := range fn.groups {
 		for p, c := range g.counters {
 			if c == nil {
 				continue
 			}
 			if c.Len() > 0 {
-				sm := c.Summary(fn.cfg)
-				var err error
-				fn.buf, err = sm.AppendBinary(fn.buf[:0])
-				if err != nil {
-					panic(err) // encoding a summary cannot fail
+				ok := [2]int64{k.bucket, int64(p)}
+				o := outs[ok]
+				if o == nil {
+					o = &out{}
+					outs[ok] = o
 				}
-				emit(beam.EventTime(k.bucket), Key(k.typ, k.scope, p), append([]byte(nil), fn.buf...))
+				o.keys = append(o.keys, ListKey(k.typ, k.scope))
+				o.sums = append(o.sums, c.Summary(fn.cfg))
 			}
 			c.Reset()
 			fn.free = append(fn.free, c)
 		}
 		delete(fn.groups, k)
+	}
+	for k, o := range outs {
+		var err error
+		fn.buf, err = summary.AppendSet(fn.buf[:0], o.keys, o.sums)
+		if err != nil {
+			panic(err) // distinct lists, valid summaries: cannot fail
+		}
+		emit(beam.EventTime(k[0]), PartitionKey(int(k[1])), append([]byte(nil), fn.buf...))
 	}
 	fn.last = nil
 	fn.distinct = 0

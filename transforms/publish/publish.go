@@ -50,15 +50,33 @@ type Config struct {
 // Lists publishes KV<list key, list JSON> and returns nothing.
 func Lists(s beam.Scope, lists beam.PCollection, cfg Config) {
 	s = s.Scope("publish.Lists")
-	beam.ParDo0(s, &publishFn{RedisAddr: cfg.RedisAddr, RedisPrefix: cfg.RedisPrefix, ListsOut: cfg.ListsOut}, lists)
+	terminate(s, beam.ParDo(s, &publishFn{RedisAddr: cfg.RedisAddr, RedisPrefix: cfg.RedisPrefix, ListsOut: cfg.ListsOut}, lists))
 }
 
 // DeadLetters writes dead letters as NDJSON files under dir (one file per
 // bundle), or only counts them when dir is "".
 func DeadLetters(s beam.Scope, dead beam.PCollection, dir string) {
 	s = s.Scope("publish.DeadLetters")
-	beam.ParDo0(s, &deadLetterFn{Dir: dir}, dead)
+	terminate(s, beam.ParDo(s, &deadLetterFn{Dir: dir}, dead))
 }
+
+// terminate ends a sink's never-written output (KV<string, int64>) in a
+// GroupByKey, so that the sink's stage has an output.
+//
+// Why: Prism (v2.77.0, stage.Execute) waits for a bundle in a select loop
+// over a channel that is closed from the start when the stage has no
+// outputs, so for a sink stage the loop spins on a core for the whole
+// bundle. On two cores, the list publishing stage spinning for every slide
+// took 90% of a replay's CPU (pprof: runtime.selectgo under
+// prism/internal.(*stage).Execute). With an output the channel closes only
+// when the bundle's data ends, just before its response. Other runners
+// treat the empty output as a no-op.
+func terminate(s beam.Scope, out beam.PCollection) {
+	beam.ParDo0(s, discardFn, beam.GroupByKey(s, out))
+}
+
+func discardFn(string, func(*int64) bool) {}
+
 
 var (
 	listsPublished = beam.NewCounter("topk", "lists")
@@ -67,8 +85,11 @@ var (
 )
 
 func init() {
-	register.DoFn3x1[context.Context, string, []byte, error](&publishFn{})
-	register.DoFn2x1[context.Context, schemas.DeadLetter, error](&deadLetterFn{})
+	register.DoFn4x1[context.Context, string, []byte, func(string, int64), error](&publishFn{})
+	register.DoFn3x1[context.Context, schemas.DeadLetter, func(string, int64), error](&deadLetterFn{})
+	register.Function2x0[string, func(*int64) bool](discardFn)
+	register.Emitter2[string, int64]()
+	register.Iter1[int64]()
 }
 
 type publishFn struct {
@@ -116,7 +137,7 @@ func decodeBlob(key string, blob []byte) (schemas.ListKey, int64, time.Time, err
 	return l.Key(), l.Version, l.AsOf, nil
 }
 
-func (fn *publishFn) ProcessElement(ctx context.Context, key string, blob []byte) error {
+func (fn *publishFn) ProcessElement(ctx context.Context, key string, blob []byte, _ func(string, int64)) error {
 	k, version, asOf, err := decodeBlob(key, blob)
 	if err != nil {
 		return fmt.Errorf("publish %s: %w", key, err)
@@ -139,7 +160,7 @@ func (fn *publishFn) ProcessElement(ctx context.Context, key string, blob []byte
 
 // FinishBundle publishes the bundle's lists, waiting out a Redis outage
 // (see the package doc).
-func (fn *publishFn) FinishBundle(ctx context.Context) error {
+func (fn *publishFn) FinishBundle(ctx context.Context, _ func(string, int64)) error {
 	if fn.pub == nil || fn.pub.Pending() == 0 {
 		return nil
 	}
@@ -179,7 +200,7 @@ type deadLetterFn struct {
 
 var deadFileSeq atomic.Int64
 
-func (fn *deadLetterFn) ProcessElement(ctx context.Context, d schemas.DeadLetter) error {
+func (fn *deadLetterFn) ProcessElement(ctx context.Context, d schemas.DeadLetter, _ func(string, int64)) error {
 	deadLetters.Inc(ctx, 1)
 	if fn.Dir == "" {
 		return nil
@@ -201,7 +222,7 @@ func (fn *deadLetterFn) ProcessElement(ctx context.Context, d schemas.DeadLetter
 	return nil
 }
 
-func (fn *deadLetterFn) FinishBundle() error {
+func (fn *deadLetterFn) FinishBundle(_ func(string, int64)) error {
 	if fn.f == nil {
 		return nil
 	}

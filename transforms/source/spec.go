@@ -91,11 +91,12 @@ type SyntheticSpec struct {
 	// Beacon is the number of events per beacon. Zero means DefaultBeacon.
 	Beacon int
 	// Types are the item types, cycled through event by event. Empty means
-	// ["video"].
+	// video, hashtag and search (defaultTypes).
 	Types []string
 	// Countries is how many countries of a fixed list (largest first) events
-	// come from, chosen with a skewed distribution, each with regions
-	// "CC-R1".."CC-R4". Zero: events carry no country.
+	// come from, chosen with a skewed distribution, each with four of its
+	// real ISO 3166-2 regions (IN-MH, US-CA, ...). Zero: events carry no
+	// country.
 	Countries int
 	// Users is the number of distinct users ("u_0" ... ). Zero means
 	// 1,000,000.
@@ -110,10 +111,13 @@ const (
 	defaultZipf    = 1.1
 	defaultSeed    = 1
 	defaultUsers   = 1_000_000
-	defaultType    = "video"
+	defaultType    = "video" // the file source's type when an event has none
 	defaultReaders = 1
 	maxReaders     = 64
 )
+
+// defaultTypes are the synthetic source's types when none are given.
+var defaultTypes = []string{"video", "hashtag", "search"}
 
 // ParseSpec parses a --source value and fills in the defaults.
 func ParseSpec(s string) (Spec, error) {
@@ -265,7 +269,7 @@ func (sp Spec) withDefaults() Spec {
 		g.Beacon = DefaultBeacon
 	}
 	if len(g.Types) == 0 {
-		g.Types = []string{defaultType}
+		g.Types = slices.Clone(defaultTypes)
 	}
 	if g.Users == 0 {
 		g.Users = defaultUsers

@@ -9,7 +9,7 @@ import (
 )
 
 func TestParseSpec(t *testing.T) {
-	synthDefaults := SyntheticSpec{Items: 100_000, Zipf: 1.1, Seed: 1, Beacon: 500, Types: []string{"video"}, Users: 1_000_000}
+	synthDefaults := SyntheticSpec{Items: 100_000, Zipf: 1.1, Seed: 1, Beacon: 500, Types: []string{"video", "hashtag", "search"}, Users: 1_000_000}
 	synth := func(f func(*SyntheticSpec)) Spec {
 		g := synthDefaults
 		g.Types = append([]string(nil), g.Types...)

@@ -31,8 +31,70 @@ var countryCodes = []string{
 	"TR", "VN", "EG", "NG", "IT", "ES", "KR", "CA", "PK", "AR",
 }
 
-// regionsPerCountry is the number of regions "CC-R1".."CC-Rn" per country.
+// regionsPerCountry is the number of regions per country.
 const regionsPerCountry = 4
+
+// regionCodes are real ISO 3166-2 subdivision codes, four per country of
+// countryCodes (its most populous or best known), so that synthetic region
+// lists look like the ones production serves (IN-MH, US-CA).
+var regionCodes = map[string][regionsPerCountry]string{
+	"IN": {"IN-MH", "IN-KA", "IN-DL", "IN-TN"},
+	"US": {"US-CA", "US-TX", "US-NY", "US-FL"},
+	"BR": {"BR-SP", "BR-RJ", "BR-MG", "BR-BA"},
+	"ID": {"ID-JK", "ID-JB", "ID-JT", "ID-JI"},
+	"MX": {"MX-CMX", "MX-JAL", "MX-NLE", "MX-MEX"},
+	"JP": {"JP-13", "JP-27", "JP-14", "JP-23"},
+	"PH": {"PH-00", "PH-CEB", "PH-DAV", "PH-CAV"},
+	"DE": {"DE-BY", "DE-NW", "DE-BE", "DE-HH"},
+	"GB": {"GB-ENG", "GB-SCT", "GB-WLS", "GB-NIR"},
+	"FR": {"FR-IDF", "FR-ARA", "FR-PAC", "FR-OCC"},
+	"TR": {"TR-34", "TR-06", "TR-35", "TR-16"},
+	"VN": {"VN-SG", "VN-HN", "VN-DN", "VN-HP"},
+	"EG": {"EG-C", "EG-ALX", "EG-GZ", "EG-DK"},
+	"NG": {"NG-LA", "NG-KN", "NG-FC", "NG-RI"},
+	"IT": {"IT-25", "IT-62", "IT-72", "IT-82"},
+	"ES": {"ES-MD", "ES-CT", "ES-AN", "ES-VC"},
+	"KR": {"KR-11", "KR-26", "KR-41", "KR-28"},
+	"CA": {"CA-ON", "CA-QC", "CA-BC", "CA-AB"},
+	"PK": {"PK-PB", "PK-SD", "PK-KP", "PK-IS"},
+	"AR": {"AR-C", "AR-B", "AR-X", "AR-S"},
+}
+
+// words name the synthetic hashtags and search queries.
+var words = [64]string{
+	"music", "news", "cats", "football", "cricket", "recipes", "travel", "gaming",
+	"weather", "movies", "dance", "comedy", "fitness", "cars", "fashion", "tech",
+	"art", "books", "science", "space", "history", "health", "yoga", "coffee",
+	"pizza", "dogs", "memes", "anime", "kpop", "diy", "garden", "photo",
+	"sunset", "beach", "hiking", "camping", "tennis", "chess", "guitar", "piano",
+	"election", "budget", "stocks", "crypto", "jobs", "school", "exam", "wedding",
+	"festival", "holiday", "rain", "snow", "summer", "winter", "love", "life",
+	"city", "street", "food", "tea", "phone", "laptop", "ai", "robots",
+}
+
+// appendItem appends the name of the item of rank r for type typ: videos
+// are v_<rank>, hashtags #<word><n>, searches word+word queries, so lists of
+// different types do not look alike. Each name maps to one rank.
+func appendItem(a []byte, typ string, r uint64) []byte {
+	switch typ {
+	case "hashtag":
+		a = append(a, '#')
+		a = append(a, words[r%64]...)
+		if r >= 64 {
+			a = strconv.AppendUint(a, r/64, 10)
+		}
+		return a
+	case "search":
+		a = append(a, words[r%64]...)
+		for r /= 64; r > 0; r /= 64 {
+			a = append(a, '+')
+			a = append(a, words[r%64]...)
+		}
+		return a
+	}
+	a = append(a, 'v', '_')
+	return strconv.AppendUint(a, r, 10)
+}
 
 // syntheticFn generates the synthetic stream: an unbounded splittable DoFn
 // over an Impulse whose restriction counts beacons. Pacing, end and seeding
@@ -138,11 +200,13 @@ func (fn *syntheticFn) ProcessElement(ctx context.Context, _ *sdf.WallTimeWaterm
 //
 // The stream is a sequence of beacons k = 0, 1, ... of Beacon events each
 // (the last one possibly shorter): event i (global index k*Beacon + j) has
-// event_id "e<seed>-<i>", item "v_<rank>" with rank drawn from Zipf(s) over
-// [1, items], user "u_<n>" uniform over [0, users), type Types[i mod
-// len(Types)], and with countries > 0 a country drawn from the first
-// `countries` of a fixed list with P proportional to 1/rank and a region
-// "CC-R1".."CC-R4" drawn uniformly. Every draw of beacon k comes from
+// event_id "e<seed>-<i>", type Types[i mod len(Types)], an item of rank
+// drawn from Zipf(s) over [1, items] named for its type ("v_<rank>" for
+// videos and unknown types, "#<word><n>" for hashtags, "word+word" queries
+// for searches), user "u_<n>" uniform over [0, users), and with countries > 0
+// a country drawn from the first `countries` of a fixed list with P
+// proportional to 1/rank and one of its four ISO 3166-2 regions drawn
+// uniformly. Every draw of beacon k comes from
 // generators seeded by (seed, k), so a beacon's content does not depend on
 // how the stream was split into bundles or workers.
 //
@@ -187,11 +251,8 @@ func NewGenerator(spec SyntheticSpec) (*Generator, error) {
 		for i := range spec.Countries {
 			sum += 1 / float64(i+1)
 			g.cdf = append(g.cdf, sum)
-			rs := make([]string, regionsPerCountry)
-			for r := range rs {
-				rs[r] = countryCodes[i] + "-R" + strconv.Itoa(r+1)
-			}
-			g.region = append(g.region, rs)
+			rs := regionCodes[countryCodes[i]]
+			g.region = append(g.region, rs[:])
 		}
 		for i := range g.cdf {
 			g.cdf[i] /= sum
@@ -257,7 +318,7 @@ func (g *Generator) Beacon(k int64, now time.Time) ([]byte, int, error) {
 	// Strings live in one arena and are viewed without copying: AppendBeacon
 	// copies them out before the arena is reused. Sized first so it never
 	// moves while views exist.
-	need := int(n)*(len(g.prefix)+20+2+20+2+20) + 64
+	need := int(n)*(len(g.prefix)+20+2+64+2+20) + 64
 	if cap(g.arena) < need {
 		g.arena = make([]byte, 0, need)
 	}
@@ -280,14 +341,13 @@ func (g *Generator) Beacon(k int64, now time.Time) ([]byte, int, error) {
 		a = strconv.AppendInt(a, i, 10)
 		e.EventID = view(a, p)
 		p = len(a)
-		a = append(a, 'v', '_')
-		a = strconv.AppendUint(a, z.Next(), 10)
+		e.Type = types[i%int64(len(types))]
+		a = appendItem(a, e.Type, z.Next())
 		e.Item = view(a, p)
 		p = len(a)
 		a = append(a, 'u', '_')
 		a = strconv.AppendUint(a, g.rng.Uint64N(sp.Users), 10)
 		e.User = view(a, p)
-		e.Type = types[i%int64(len(types))]
 		e.TS = ts
 		e.Country, e.Region = "", ""
 		if g.cdf != nil {

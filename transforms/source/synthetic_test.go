@@ -2,6 +2,7 @@ package source
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -128,7 +129,7 @@ func TestGeneratorDeterministic(t *testing.T) {
 // frequencies falling with rank), and countries are skewed the same way with
 // regions of their own country.
 func TestGeneratorSkew(t *testing.T) {
-	g := mustGenerator(t, "synthetic:rate=0,events=100000,items=10000,zipf=1.0,seed=3,beacon=1000,countries=4")
+	g := mustGenerator(t, "synthetic:rate=0,events=100000,items=10000,zipf=1.0,seed=3,beacon=1000,countries=4,types=video")
 	items := map[string]int{}
 	countries := map[string]int{}
 	now := time.Unix(1_800_000_000, 0)
@@ -136,8 +137,8 @@ func TestGeneratorSkew(t *testing.T) {
 		for _, e := range events(t, g, k, now).Events {
 			items[e.Item]++
 			countries[e.Country]++
-			if !strings.HasPrefix(e.Region, e.Country+"-R") {
-				t.Fatalf("region %q of country %q", e.Region, e.Country)
+			if !strings.HasPrefix(e.Region, e.Country+"-") || !schemas.IsRegion(e.Region) || !slices.Contains(regionSlice(e.Country), e.Region) {
+				t.Fatalf("region %q of country %q is not one of its ISO 3166-2 codes", e.Region, e.Country)
 			}
 		}
 	}
@@ -227,4 +228,48 @@ func BenchmarkGenerator(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N)*500/b.Elapsed().Seconds(), "events/s")
 	b.ReportMetric(float64(bytes)/float64(b.N), "bytes/beacon")
+}
+
+// TestGeneratorTypes: by default the stream holds videos, hashtags and
+// searches in equal thirds, each named in its own way, and one name never
+// stands for two ranks.
+func TestGeneratorTypes(t *testing.T) {
+	g := mustGenerator(t, "synthetic:rate=0,events=30000,items=100000,seed=5")
+	now := time.Unix(1_800_000_000, 0)
+	byType := map[string]int{}
+	for k := range g.Beacons() {
+		for _, e := range events(t, g, k, now).Events {
+			byType[e.Type]++
+			var ok bool
+			switch e.Type {
+			case "video":
+				ok = strings.HasPrefix(e.Item, "v_")
+			case "hashtag":
+				ok = strings.HasPrefix(e.Item, "#") && len(e.Item) > 2
+			case "search":
+				ok = !strings.HasPrefix(e.Item, "#") && !strings.HasPrefix(e.Item, "v_")
+			}
+			if !ok {
+				t.Fatalf("%s item %q", e.Type, e.Item)
+			}
+		}
+	}
+	if byType["video"] != 10000 || byType["hashtag"] != 10000 || byType["search"] != 10000 {
+		t.Errorf("events by type %v, want 10000 each", byType)
+	}
+	seen := map[string]uint64{}
+	for _, typ := range []string{"hashtag", "search", "video"} {
+		for r := uint64(1); r < 20000; r++ {
+			name := typ + "/" + string(appendItem(nil, typ, r))
+			if prev, dup := seen[name]; dup {
+				t.Fatalf("%s names ranks %d and %d", name, prev, r)
+			}
+			seen[name] = r
+		}
+	}
+}
+
+func regionSlice(country string) []string {
+	rs := regionCodes[country]
+	return rs[:]
 }

@@ -1,0 +1,474 @@
+// Package slide keeps the fast path's sliding windows incrementally: the
+// state of one partition holds, for every list with data in the last hour,
+// a ring of its 10 s bucket summaries and of its minute summaries, and one
+// two-stacks aggregator per window (TwoStacks), so each slide of a window
+// costs about three summary merges, not one per pane it covers (6 for 1m,
+// 30 for 5m, 60 for 1h). It has no Beam import: transforms/slide's Beam
+// wrapper (Windows) keeps a State per partition key, fires it from
+// event-time timers and keeps its panes in Beam state for recovery.
+//
+// Panes. Level 0 holds the buckets (Config.Bucket); each distinct window
+// period longer than a bucket is a level of its own whose panes are built
+// from level 0 when they close (the minutes the 1h window slides over). A
+// window slides over the panes of the level of its period: 1m and 5m over
+// buckets every 10 s, 1h over minutes every minute. Every merge is
+// summary.MergeEvents (disjoint event sets), so every bound of the counting
+// core holds for every window, whatever the merge order.
+//
+// Time. Add records a bucket; Fire(end) is called once per slide end in
+// increasing order (the watermark passed end, so every on-time bucket before
+// end has been added): it closes the panes of the levels that end at end,
+// pushes the new panes into the aggregators of the windows that slide at
+// end, evicts what left them, and reports each window's summary per list. A
+// bucket added after the slide at its end has fired is late: it is merged
+// into its bucket and into the closed panes that hold it, and the
+// aggregators that hold those panes are rebuilt before their next query, so
+// a late bucket counts in every window that had not fired when it arrived,
+// and in no window that had.
+//
+// Memory per list is bounded by the panes it keeps (30 buckets for 5m, 60
+// minutes for 1h) and the aggregators' nodes (one per pane at most), each a
+// summary of at most N entries: it does not grow with distinct items, and a
+// list without data for an hour is dropped. Cost per slide follows the
+// lists that have data: a list with ten items in its window costs merges of
+// ten entries.
+package slide
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/topk-dev/topk/transforms/summary"
+)
+
+// Window is one sliding window: Length, sliding every Period (a multiple of
+// the bucket; Length a multiple of Period).
+type Window struct {
+	Name           string
+	Length, Period time.Duration
+	// MinCount: in a list whose scope is not global, entries below it are
+	// left out (a quiet region shows a shorter list, not a thousand items
+	// with one view each). 0 keeps every entry.
+	MinCount uint64
+}
+
+// Config is a partition state's shape.
+type Config struct {
+	Bucket  time.Duration
+	Windows []Window
+	// Limit is the number of entries per list a window result keeps (K plus
+	// the list margin): an item outside its partition's first Limit by hi
+	// is outside the list's first Limit too. 0 keeps all.
+	Limit int
+}
+
+// Validate reports a configuration that cannot work.
+func (c Config) Validate() error {
+	if c.Bucket < time.Millisecond || c.Bucket%time.Millisecond != 0 {
+		return fmt.Errorf("slide: bucket %v", c.Bucket)
+	}
+	if len(c.Windows) == 0 {
+		return fmt.Errorf("slide: no windows")
+	}
+	seen := map[string]bool{}
+	for _, w := range c.Windows {
+		if w.Name == "" || seen[w.Name] {
+			return fmt.Errorf("slide: window name %q empty or repeated", w.Name)
+		}
+		seen[w.Name] = true
+		if w.Period <= 0 || w.Period%c.Bucket != 0 || w.Length < w.Period || w.Length%w.Period != 0 {
+			return fmt.Errorf("slide: window %s: %v every %v with %v buckets", w.Name, w.Length, w.Period, c.Bucket)
+		}
+	}
+	if c.Limit < 0 {
+		return fmt.Errorf("slide: limit %d", c.Limit)
+	}
+	return nil
+}
+
+// level is one pane size and the panes of a list at that size.
+type level struct {
+	size int64 // pane length, ms
+	keep int64 // how far back panes are kept, ms
+}
+
+// State is one partition's windows over all its lists.
+type State struct {
+	cfg    Config
+	levels []level // levels[0] is the bucket level
+	winLvl []int   // window i slides over levels[winLvl[i]]
+	lists  map[string]*list
+	fired  int64 // the last slide end fired (Unix ms); 0: none
+	// Merges counts summary merges (for tests and benchmarks).
+	Merges int
+}
+
+type list struct {
+	panes  [][]pane // by level, start order
+	aggs   []TwoStacks
+	pushed []int64 // per window: start of the newest pane pushed (or -inf)
+	dirty  []bool  // per window: rebuild before the next query
+}
+
+const never = -1 << 62
+
+// NewState returns an empty partition state. It panics on an invalid
+// configuration (validate it when the pipeline is built).
+func NewState(cfg Config) *State {
+	if err := cfg.Validate(); err != nil {
+		panic(err)
+	}
+	st := &State{cfg: cfg, lists: map[string]*list{}}
+	b := cfg.Bucket.Milliseconds()
+	st.levels = []level{{size: b}}
+	for _, w := range cfg.Windows {
+		p, n := w.Period.Milliseconds(), w.Length.Milliseconds()
+		i := slices.IndexFunc(st.levels, func(l level) bool { return l.size == p })
+		if i < 0 {
+			st.levels = append(st.levels, level{size: p})
+			i = len(st.levels) - 1
+			// The buckets of an open pane are kept until it closes.
+			st.levels[0].keep = max(st.levels[0].keep, p)
+		}
+		st.levels[i].keep = max(st.levels[i].keep, n)
+		st.winLvl = append(st.winLvl, i)
+	}
+	return st
+}
+
+// Config returns the state's configuration.
+func (st *State) Config() Config { return st.cfg }
+
+// Fired is the last slide end fired (Unix ms), 0 if none.
+func (st *State) Fired() int64 { return st.fired }
+
+// Lists is the number of lists with panes.
+func (st *State) Lists() int { return len(st.lists) }
+
+// Empty reports whether no list holds a pane.
+func (st *State) Empty() bool { return len(st.lists) == 0 }
+
+func (st *State) list(key string) *list {
+	l := st.lists[key]
+	if l == nil {
+		n := len(st.cfg.Windows)
+		l = &list{panes: make([][]pane, len(st.levels)), aggs: make([]TwoStacks, n), pushed: make([]int64, n), dirty: make([]bool, n)}
+		for i := range l.pushed {
+			l.pushed[i] = never
+		}
+		st.lists[strings.Clone(key)] = l
+	}
+	return l
+}
+
+// Late is a late bucket's contribution to a pane that had already closed:
+// the Beam wrapper passes late minutes on to the long windows.
+type Late struct {
+	Level, Start int64 // pane size and start, ms
+	List         string
+	Summary      *summary.Summary
+}
+
+// Add records the summary of one bucket of one list (bucket start, Unix
+// ms). A second summary of the same bucket (another pane of its GroupByKey)
+// is merged with the first. A bucket whose slide has fired is late: it also
+// merges into the closed larger panes that hold it, which are returned.
+// sm is kept: do not modify it afterwards.
+func (st *State) Add(key string, bucket int64, sm *summary.Summary) ([]Late, error) {
+	if m := bucket % st.levels[0].size; m != 0 {
+		return nil, fmt.Errorf("slide: bucket %d not aligned to %d ms", bucket, st.levels[0].size)
+	}
+	l := st.list(key)
+	late := st.fired != 0 && bucket+st.levels[0].size <= st.fired
+	var out []Late
+	for li, lv := range st.levels {
+		start := floor(bucket, lv.size)
+		if li > 0 && (!late || start+lv.size > st.fired) {
+			continue // the pane is still open: built from its buckets when it closes
+		}
+		if st.fired != 0 && start+lv.keep <= st.fired {
+			continue // too old for any window of this level
+		}
+		if _, err := st.insert(&l.panes[li], start, sm); err != nil {
+			return nil, fmt.Errorf("slide: list %q: %w", key, err)
+		}
+		if li > 0 {
+			out = append(out, Late{Level: lv.size, Start: start, List: key, Summary: sm})
+		}
+		if late {
+			for wi, wl := range st.winLvl {
+				if wl == li && start <= l.pushed[wi] {
+					l.dirty[wi] = true
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// insert merges sm into the pane at start (creating it), keeping start
+// order, and returns the pane's summary.
+func (st *State) insert(ps *[]pane, start int64, sm *summary.Summary) (*summary.Summary, error) {
+	i, found := slices.BinarySearchFunc(*ps, start, func(p pane, s int64) int { return cmp64(p.start, s) })
+	if found {
+		m, err := summary.MergeEvents((*ps)[i].sm, sm)
+		if err != nil {
+			return nil, err
+		}
+		st.Merges++
+		(*ps)[i].sm = m
+		return m, nil
+	}
+	*ps = slices.Insert(*ps, i, pane{start: start, sm: sm})
+	return sm, nil
+}
+
+// Closed is a pane of a larger level that closed at a slide (a minute).
+type Closed struct {
+	Level, Start int64
+	List         string
+	Summary      *summary.Summary
+}
+
+// Result is one window's summary of one list at a slide end, already cut to
+// Config.Limit and the window's MinCount.
+type Result struct {
+	Window  int // index into Config.Windows
+	List    string
+	Summary *summary.Summary
+}
+
+// Fire runs the slide ending at end (Unix ms, a multiple of the bucket),
+// after every bucket before end was added: it closes the panes ending at
+// end, slides every window whose period divides end and reports each list's
+// window summary through result (lists with nothing in the window report
+// nothing) and each closed pane through closed (nil: not wanted). Slide ends
+// must increase.
+func (st *State) Fire(end int64, result func(Result) error, closed func(Closed) error) error {
+	if end%st.levels[0].size != 0 {
+		return fmt.Errorf("slide: end %d not aligned to %d ms", end, st.levels[0].size)
+	}
+	if end <= st.fired {
+		return fmt.Errorf("slide: end %d at or before the last slide %d", end, st.fired)
+	}
+	st.fired = end
+	keys := make([]string, 0, len(st.lists))
+	for k := range st.lists {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys) // a deterministic order of outputs
+	for _, key := range keys {
+		l := st.lists[key]
+		// Close the larger panes ending here from their buckets.
+		for li := 1; li < len(st.levels); li++ {
+			lv := st.levels[li]
+			if end%lv.size != 0 {
+				continue
+			}
+			sm, err := st.mergeRange(l.panes[0], end-lv.size, end)
+			if err != nil {
+				return fmt.Errorf("slide: list %q: %w", key, err)
+			}
+			if sm == nil {
+				continue
+			}
+			if _, err := st.insert(&l.panes[li], end-lv.size, sm); err != nil {
+				return err
+			}
+			if closed != nil {
+				if err := closed(Closed{Level: lv.size, Start: end - lv.size, List: key, Summary: sm}); err != nil {
+					return err
+				}
+			}
+		}
+		for wi, w := range st.cfg.Windows {
+			p := w.Period.Milliseconds()
+			if end%p != 0 {
+				continue
+			}
+			sm, err := st.slide(l, wi, end)
+			if err != nil {
+				return fmt.Errorf("slide: list %q window %s: %w", key, w.Name, err)
+			}
+			if sm == nil {
+				continue
+			}
+			var floorCount uint64
+			if !isGlobal(key) {
+				floorCount = w.MinCount
+			}
+			if err := result(Result{Window: wi, List: key, Summary: sm.Top(st.cfg.Limit, floorCount)}); err != nil {
+				return err
+			}
+		}
+		// Drop panes no window needs any more.
+		empty := true
+		for li, lv := range st.levels {
+			ps := l.panes[li]
+			n := 0
+			for n < len(ps) && ps[n].start+lv.keep <= end {
+				n++
+			}
+			if n > 0 {
+				clear(ps[:n])
+				l.panes[li] = ps[n:]
+			}
+			empty = empty && len(l.panes[li]) == 0
+		}
+		if empty {
+			delete(st.lists, key)
+		}
+	}
+	return nil
+}
+
+// slide moves window wi of l to end and returns its summary.
+func (st *State) slide(l *list, wi int, end int64) (*summary.Summary, error) {
+	w := st.cfg.Windows[wi]
+	ps := l.panes[st.winLvl[wi]]
+	from := end - w.Length.Milliseconds()
+	t := &l.aggs[wi]
+	before := t.merges
+	defer func() { st.Merges += t.merges - before }()
+	if l.dirty[wi] {
+		t.Reset()
+		before = t.merges
+		l.pushed[wi] = never
+		l.dirty[wi] = false
+	}
+	for _, p := range ps {
+		if p.start > l.pushed[wi] && p.start < end && p.start >= from {
+			if err := t.Push(p.start, p.sm); err != nil {
+				return nil, err
+			}
+			l.pushed[wi] = p.start
+		}
+	}
+	if err := t.Evict(from); err != nil {
+		return nil, err
+	}
+	return t.Query()
+}
+
+// mergeRange merges the panes with start in [from, to); nil if none.
+func (st *State) mergeRange(ps []pane, from, to int64) (*summary.Summary, error) {
+	var acc *summary.Summary
+	for _, p := range ps {
+		if p.start < from || p.start >= to {
+			continue
+		}
+		if acc == nil {
+			acc = p.sm
+			continue
+		}
+		var err error
+		if acc, err = summary.MergeEvents(acc, p.sm); err != nil {
+			return nil, err
+		}
+		st.Merges++
+	}
+	return acc, nil
+}
+
+// Next is the next slide end after end at which some window has panes to
+// report, false when the state is empty. A window with panes slides at every
+// period until its last pane has left it.
+func (st *State) Next(end int64) (int64, bool) {
+	best := int64(0)
+	for _, l := range st.lists {
+		for wi, w := range st.cfg.Windows {
+			li := st.winLvl[wi]
+			// The newest pane start at the window's level: a closed pane,
+			// or the pane an open bucket will close into.
+			newest, ok := int64(never), false
+			if ps := l.panes[li]; len(ps) > 0 {
+				newest, ok = ps[len(ps)-1].start, true
+			}
+			if bs := l.panes[0]; li != 0 && len(bs) > 0 {
+				newest, ok = max(newest, floor(bs[len(bs)-1].start, st.levels[li].size)), true
+			}
+			if !ok {
+				continue
+			}
+			// The window at next holds a pane starting at newest iff
+			// newest < next <= newest + length.
+			p := w.Period.Milliseconds()
+			next := floor(end, p) + p
+			last := newest + w.Length.Milliseconds() + 1
+			if next < last && (best == 0 || next < best) {
+				best = next
+			}
+		}
+	}
+	return best, best != 0
+}
+
+// Panes calls f with every pane of every list at level li (0: buckets), in
+// list and start order: what the Beam wrapper writes to durable state.
+func (st *State) Panes(li int, f func(list string, start int64, sm *summary.Summary)) {
+	keys := make([]string, 0, len(st.lists))
+	for k := range st.lists {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		for _, p := range st.lists[k].panes[li] {
+			f(k, p.start, p.sm)
+		}
+	}
+}
+
+// Levels are the pane sizes (ms), level 0 first.
+func (st *State) Levels() []int64 {
+	out := make([]int64, len(st.levels))
+	for i, l := range st.levels {
+		out[i] = l.size
+	}
+	return out
+}
+
+// Restore puts back a pane saved by Panes (after a restart: the aggregators
+// are rebuilt from the panes at the next slide) and the last slide fired.
+func (st *State) Restore(li int, key string, start int64, sm *summary.Summary, fired int64) error {
+	if li < 0 || li >= len(st.levels) || start%st.levels[li].size != 0 {
+		return fmt.Errorf("slide: restore level %d start %d", li, start)
+	}
+	l := st.list(key)
+	if _, err := st.insert(&l.panes[li], start, sm); err != nil {
+		return err
+	}
+	for wi := range l.dirty {
+		l.dirty[wi] = true
+	}
+	st.fired = max(st.fired, fired)
+	return nil
+}
+
+// SetFired sets the last slide fired (restoring a state without panes).
+func (st *State) SetFired(fired int64) { st.fired = max(st.fired, fired) }
+
+// isGlobal reports whether a list key ("type\x00scope") is a global list.
+func isGlobal(key string) bool {
+	i := strings.IndexByte(key, 0)
+	return i >= 0 && key[i+1:] == "global"
+}
+
+func floor(t, d int64) int64 {
+	m := t % d
+	if m < 0 {
+		m += d
+	}
+	return t - m
+}
+
+func cmp64(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}

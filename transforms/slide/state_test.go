@@ -1,0 +1,263 @@
+package slide
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/topk-dev/topk/transforms/summary"
+)
+
+var testWindows = []Window{
+	{Name: "1m", Length: time.Minute, Period: 10 * time.Second},
+	{Name: "5m", Length: 5 * time.Minute, Period: 10 * time.Second},
+	{Name: "1h", Length: time.Hour, Period: time.Minute},
+}
+
+const bucketMs = 10_000
+
+// exact is the independent oracle: plain per-bucket maps.
+type exact map[string]map[int64]map[string]uint64 // list -> bucket -> item -> count
+
+func (x exact) add(list string, b int64, item string, n uint64) {
+	if x[list] == nil {
+		x[list] = map[int64]map[string]uint64{}
+	}
+	if x[list][b] == nil {
+		x[list][b] = map[string]uint64{}
+	}
+	x[list][b][item] += n
+}
+
+func (x exact) window(list string, from, to int64) map[string]uint64 {
+	out := map[string]uint64{}
+	for b, m := range x[list] {
+		if b >= from && b < to {
+			for k, c := range m {
+				out[k] += c
+			}
+		}
+	}
+	return out
+}
+
+func summarize(m map[string]uint64, n int) *summary.Summary {
+	c := summary.NewCounter(0)
+	for k, v := range m {
+		c.Add(k, summary.Hash(k), v)
+	}
+	return c.Summary(summary.Config{N: n})
+}
+
+// checkBounds: every entry brackets its exact count, every untracked item is
+// within Theta, and Total is the window's event count.
+func checkBounds(t *testing.T, name string, sm *summary.Summary, want map[string]uint64) {
+	t.Helper()
+	var total uint64
+	for _, c := range want {
+		total += c
+	}
+	if sm.Total != total {
+		t.Fatalf("%s: total %d, want %d", name, sm.Total, total)
+	}
+	tracked := map[string]bool{}
+	for _, e := range sm.Entries {
+		tracked[e.Item] = true
+		c := want[e.Item]
+		if c < e.Lo || c > e.Hi {
+			t.Fatalf("%s: %s exact %d outside [%d, %d]", name, e.Item, c, e.Lo, e.Hi)
+		}
+	}
+	for k, c := range want {
+		if !tracked[k] && c > sm.Theta {
+			t.Fatalf("%s: untracked %s exact %d above theta %d", name, k, c, sm.Theta)
+		}
+	}
+}
+
+// TestStateMatchesRecount drives a state through three hours of random
+// buckets for a few lists, with some late buckets, and checks every window
+// result against an exact recount of the buckets added before the slide:
+// bounds hold (with N small enough to truncate), totals match, and a window
+// reports exactly when it holds data.
+func TestStateMatchesRecount(t *testing.T) {
+	for _, n := range []int{1000, 8} {
+		t.Run(fmt.Sprintf("N=%d", n), func(t *testing.T) {
+			st := NewState(Config{Bucket: 10 * time.Second, Windows: testWindows})
+			x := exact{}
+			rng := rand.New(rand.NewPCG(1, uint64(n)))
+			lists := []string{"video\x00global", "video\x00IN", "hashtag\x00IN-MH"}
+			t0 := int64(1_780_000_000_000) - int64(1_780_000_000_000)%3_600_000
+			// added[end] is the oracle as of each slide: late buckets count
+			// only from the slide after they arrive.
+			results := 0
+			for k := int64(0); k < 3*360; k++ {
+				b := t0 + k*bucketMs
+				for _, l := range lists {
+					if rng.IntN(4) == 0 || (k > 400 && k < 500 && l != lists[0]) {
+						continue // gaps: some buckets without data
+					}
+					m := map[string]uint64{}
+					for range 20 + rng.IntN(40) {
+						item := fmt.Sprintf("i%d", int(rng.ExpFloat64()*10))
+						m[item]++
+					}
+					for it, c := range m {
+						x.add(l, b, it, c)
+					}
+					if _, err := st.Add(l, b, summarize(m, n)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				// A late bucket now and then: 40 s behind the slide.
+				if k%37 == 0 && k > 10 {
+					lb := b - 40_000
+					m := map[string]uint64{"late": 3, "i1": 2}
+					for it, c := range m {
+						x.add(lists[1], lb, it, c)
+					}
+					late, err := st.Add(lists[1], lb, summarize(m, n))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if minuteClosed := floor(lb, 60_000)+60_000 <= st.Fired(); minuteClosed != (len(late) == 1) {
+						t.Fatalf("late bucket %d: %d closed panes reported, minute closed %v", lb, len(late), minuteClosed)
+					}
+				}
+				end := b + bucketMs
+				seen := map[string]bool{}
+				err := st.Fire(end, func(r Result) error {
+					w := testWindows[r.Window]
+					name := fmt.Sprintf("%q %s@%d", r.List, w.Name, end)
+					seen[r.List+w.Name] = true
+					checkBounds(t, name, r.Summary, x.window(r.List, end-w.Length.Milliseconds(), end))
+					results++
+					return nil
+				}, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, l := range lists {
+					for _, w := range testWindows {
+						if end%w.Period.Milliseconds() != 0 {
+							continue
+						}
+						has := len(x.window(l, end-w.Length.Milliseconds(), end)) > 0
+						if has != seen[l+w.Name] {
+							t.Fatalf("%q %s@%d: reported %v, window holds data %v", l, w.Name, end, seen[l+w.Name], has)
+						}
+					}
+				}
+			}
+			t.Logf("N=%d: %d results, %d merges", n, results, st.Merges)
+		})
+	}
+}
+
+// TestStateMergesPerSlide: the merges a slide costs do not grow with the
+// window's length (the point of the two-stacks aggregator): over an hour of
+// steady buckets for one list, 1m, 5m and 1h together cost at most ten
+// merges per 10 s slide on average, where re-merging every window would cost
+// 6 + 30 (+ 60 a minute).
+func TestStateMergesPerSlide(t *testing.T) {
+	st := NewState(Config{Bucket: 10 * time.Second, Windows: testWindows})
+	t0 := int64(1_780_000_000_000) - int64(1_780_000_000_000)%3_600_000
+	const slides = 720
+	for k := int64(0); k < slides; k++ {
+		b := t0 + k*bucketMs
+		if _, err := st.Add("video\x00global", b, summarize(map[string]uint64{"a": 1, fmt.Sprint(k): 2}, 100)); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Fire(b+bucketMs, func(Result) error { return nil }, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	per := float64(st.Merges) / slides
+	t.Logf("%.2f merges per slide", per)
+	if per > 10 {
+		t.Errorf("%.2f merges per slide, want at most 10", per)
+	}
+}
+
+// TestStateNextAndDrain: after the last bucket, Next schedules slides until
+// every window has emptied, and the state then forgets the list.
+func TestStateNextAndDrain(t *testing.T) {
+	st := NewState(Config{Bucket: 10 * time.Second, Windows: testWindows})
+	t0 := int64(1_780_000_000_000) - int64(1_780_000_000_000)%3_600_000
+	if _, err := st.Add("video\x00IN", t0+20_000, summarize(map[string]uint64{"a": 4}, 10)); err != nil {
+		t.Fatal(err)
+	}
+	end := t0 + 30_000
+	var last = map[string]int64{}
+	for fires := 0; ; fires++ {
+		if fires > 1000 {
+			t.Fatal("state never drains")
+		}
+		if err := st.Fire(end, func(r Result) error {
+			last[testWindows[r.Window].Name] = end
+			if r.Summary.Total != 4 {
+				t.Fatalf("window %s at %d: total %d, want 4", testWindows[r.Window].Name, end, r.Summary.Total)
+			}
+			return nil
+		}, nil); err != nil {
+			t.Fatal(err)
+		}
+		next, ok := st.Next(end)
+		if !ok {
+			break
+		}
+		end = next
+	}
+	if !st.Empty() {
+		t.Error("state holds panes after draining")
+	}
+	// The bucket [t0+20s, t0+30s) is in the 1m windows up to t0+80s, the 5m
+	// up to t0+320s and the 1h windows (minute t0) up to t0+60m.
+	want := map[string]int64{"1m": t0 + 80_000, "5m": t0 + 320_000, "1h": t0 + 3_600_000}
+	for w, at := range want {
+		if last[w] != at {
+			t.Errorf("last %s result at +%d ms, want +%d", w, last[w]-t0, at-t0)
+		}
+	}
+}
+
+// TestStateMinCount: a non-global list keeps entries at or above its
+// window's minimum, Theta covers the rest; a global list keeps everything.
+func TestStateMinCount(t *testing.T) {
+	ws := []Window{{Name: "1m", Length: time.Minute, Period: 10 * time.Second, MinCount: 3}}
+	st := NewState(Config{Bucket: 10 * time.Second, Windows: ws})
+	m := map[string]uint64{"big": 5, "edge": 3, "small": 2, "one": 1}
+	for _, l := range []string{"video\x00global", "video\x00IN-MH"} {
+		if _, err := st.Add(l, 0, summarize(m, 10)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := map[string]*summary.Summary{}
+	if err := st.Fire(10_000, func(r Result) error { got[r.List] = r.Summary; return nil }, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(got["video\x00global"].Entries); n != 4 {
+		t.Errorf("global list: %d entries, want 4", n)
+	}
+	r := got["video\x00IN-MH"]
+	if len(r.Entries) != 2 || r.Find("big") == nil || r.Find("edge") == nil || r.Theta != 2 {
+		t.Errorf("regional list: entries %v theta %d, want big and edge, theta 2", r.Entries, r.Theta)
+	}
+	checkBounds(t, "regional", r, m)
+}
+
+// TestTwoStacksOrder: pushing out of order is a programmer error.
+func TestTwoStacksOrder(t *testing.T) {
+	var ts TwoStacks
+	sm := summarize(map[string]uint64{"a": 1}, 4)
+	if err := ts.Push(10, sm); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("no panic on an out-of-order push")
+		}
+	}()
+	_ = ts.Push(10, sm)
+}
