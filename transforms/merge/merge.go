@@ -100,7 +100,7 @@ func (fn *buildListsFn) ProcessElement(w typex.Window, key string, values func(*
 		return fmt.Errorf("merge: result key %q", key)
 	}
 	limit := fn.K + fn.Margin
-	lists := map[string]*summary.Summary{}
+	parts := map[string][]*summary.Summary{}
 	var b []byte
 	for values(&b) {
 		err := summary.EachInSet(b, func(list string, smb []byte) error {
@@ -108,20 +108,20 @@ func (fn *buildListsFn) ProcessElement(w typex.Window, key string, values func(*
 			if err != nil {
 				return err
 			}
-			sm.Sketch = nil // lists are answered from entries and Theta
-			acc := lists[list]
-			if acc == nil {
-				lists[list] = sm
-				return nil
-			}
-			lists[list], err = summary.MergeKeys(acc, sm, limit)
-			return err
+			parts[list] = append(parts[list], sm)
+			return nil
 		})
 		if err != nil {
 			return fmt.Errorf("merge %q: %w", key, err)
 		}
 	}
 	asOf := iw.End.ToTime().UTC()
+	lists := make(map[string]*summary.Summary, len(parts))
+	for list, ps := range parts {
+		// Each item lives in one partition: the union of the partitions'
+		// entries, one selection of the first limit.
+		lists[list] = summary.UnionKeys(ps, limit)
+	}
 	for _, list := range slices.Sorted(maps.Keys(lists)) {
 		typ, scope, _ := strings.Cut(list, "\x00")
 		minCount := fn.MinCounts[wi]
