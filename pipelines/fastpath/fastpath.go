@@ -1,15 +1,16 @@
 // Package fastpath is the streaming job: read beacons, decode and validate,
-// pre-aggregate per bundle, merge bucket summaries per partition, slide
-// windows over summaries, merge partitions into ranked lists, publish. Build
-// adds it to a Beam pipeline; Run builds, runs it on the runner selected by
-// Beam's --runner flag (Prism in-process by default) and reports what it did.
+// pre-aggregate per bundle, merge bucket summary sets per partition, slide
+// windows incrementally per partition, merge partitions into ranked lists,
+// publish. Build adds it to a Beam pipeline; Run builds, runs it on the
+// runner selected by Beam's --runner flag (Prism in-process by default) and
+// reports what it did.
 //
-//	source -> preagg --(KV<type|scope|partition, summary>, ts = bucket)--> buckets (fixed 10 s, allowed lateness)
-//	   buckets -> sliding 1m/10s  -> lists(1m)
-//	   buckets -> sliding 5m/10s  -> lists(5m)
-//	   buckets -> fixed 1m -> sliding 1h/1m -> lists(1h)
-//	   fixed 1m -> stitch.OpenParts -> stitch.Lists -> lists(24h, all)   (Config.Long)
-//	   lists -> publish (Redis blob + pointer, files); dead letters -> files
+//	source -> preagg --(KV<partition, summary set>, ts = bucket)--> counter.Buckets (fixed 10 s, allowed lateness)
+//	   -> slide.Windows (state + event-time timers per partition: 1m, 5m every 10 s; 1h every minute)
+//	   -> merge.Lists (per window and shard: one union of the partitions per list) -> publish
+//	   5m lists -> trend (transforms/trend/trendbeam) -> publish                 (Config.Trending)
+//	   slide minutes -> stitch.OpenParts -> stitch.Lists -> lists(24h, all)       (Config.Long)
+//	   dead letters -> files
 package fastpath
 
 import (

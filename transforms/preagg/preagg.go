@@ -2,9 +2,12 @@
 // validates their events, buckets each by its own event time, and sums counts
 // per (type, scope, partition, bucket, item) in a per-bundle hash map
 // (summary.Counter) flushed as bounded summaries. Only summaries cross the
-// shuffle, keyed by (type, scope, partition) and timestamped with their
-// bucket's start, so a viral item costs one map increment per event and one
-// entry per bundle.
+// shuffle: one summary set per (partition, bucket) holding a summary per
+// list with events there (summary.AppendSet), keyed by partition and
+// timestamped with the bucket's start, so a viral item costs one map
+// increment per event and one entry per bundle, and the number of elements
+// follows partitions and buckets, not lists (three scopes per event, for
+// every type).
 //
 // Beam's own combiner lifting keeps only ~2,000 keys per bundle; this map is
 // bounded by Config.MaxDistinct over all its groups and flushes early when
