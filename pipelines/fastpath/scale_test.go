@@ -81,7 +81,7 @@ func denseStream(n int, rate float64) []schemas.Event {
 func TestReplayDense(t *testing.T) {
 	n, rate := 480_000, 4000.0 // 12 buckets of 40,000
 	if testing.Short() {
-		n, rate = 120_000, 2000.0
+		n = 240_000 // 6 buckets as dense
 	}
 	events := denseStream(n, rate)
 	began := time.Now()
@@ -109,8 +109,11 @@ func TestReplayDense(t *testing.T) {
 	recallSummary(t, "dense", rs)
 }
 
-// denseMinR1000 is the recall@1000 TestReplayDense requires: measured
-// (see the commit message for the figures).
+// denseMinR1000 is the recall@1000 TestReplayDense requires of every list:
+// measured on cc3f842 (two runs, identical), the smallest was 0.945 (1m and
+// 5m lists of the first minute; 1h lists 0.962), 0.939 with -short; with
+// N = 512 x 4 partitions 115 of the 119 lists are not complete (certified_k
+// below 1,000), which this test therefore does not require.
 const denseMinR1000 = 0.93
 
 // TestMinCount: a quiet region's lists. In DE-BE, within the minute
@@ -269,6 +272,15 @@ func TestSpamWave(t *testing.T) {
 				r.Key.Window, r.AsOf.Format(time.TimeOnly), r.R100, r.R1000, r.CertifiedK, r.Complete, phase(r))
 		}
 	}
+	r100, r1000 := 1.0, 1.0
+	for _, r := range rs {
+		if r.Qualifying >= 1000 {
+			r100, r1000 = min(r100, r.R100), min(r1000, r.R1000)
+		}
+	}
+	if r100 < 1 || r1000 < 0.99 {
+		t.Logf("spam: issue 9's goal (recall@100 = 1, recall@1000 >= 0.99 on every list through the wave) NOT MET: min recall@100=%.4f recall@1000=%.4f", r100, r1000)
+	}
 	for _, k := range slices.Sorted(maps.Keys(per)) {
 		a := per[k]
 		t.Logf("spam %-10s %4d lists: min recall@100=%.4f min recall@1000=%.4f, %d incomplete", k, a.n, a.r100, a.r1000, a.incomplete)
@@ -276,5 +288,8 @@ func TestSpamWave(t *testing.T) {
 }
 
 // spamRecall100: whether TestSpamWave requires recall@100 = 1 (issue 9's
-// goal) on every hashtag list with 1,000 qualifying items.
+// goal) on every hashtag list with 1,000 qualifying items. Not yet: on
+// cc3f842 the wave brings recall@100 of the 1m lists to 0.89 and of the 5m
+// and 1h lists to 0.96 (recall@1000: 0.27, 0.80, 0.90), all recovering to
+// 1 once the wave leaves the window; set it when item 5 is done.
 const spamRecall100 = false
