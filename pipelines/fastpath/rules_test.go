@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/topk-dev/topk/internal/streams"
 	"github.com/topk-dev/topk/schemas"
 	"github.com/topk-dev/topk/transforms/preagg"
 	"github.com/topk-dev/topk/transforms/rules"
@@ -243,4 +244,115 @@ func TestReplayRules(t *testing.T) {
 			t.Fatalf("%s sent twice:\n got %s\nwant %s", k, got, want)
 		}
 	}
+}
+
+// Property (issue 12, the stated bound): with events arriving out of order
+// (each up to 20 s late, well inside the allowed lateness), a pre-
+// aggregation filter judges them in arrival order, so where an account's
+// cap bites it may keep later events than the definition does. Then a list
+// whose window covers only part of the rule window can under-count an item,
+// but only by events of accounts that posted it more than the cap in that
+// rule window, at most the cap per such account (an event the definition
+// counts and the stream does not was capped in the stream: a repeat in the
+// stream is a repeat by the definition too). A list whose window covers
+// the whole rule window never under-counts.
+func TestReplayRulesOutOfOrder(t *testing.T) {
+	rc := ruleConfig(t)
+	events := ruleStream(5)
+	r := rand.New(rand.NewPCG(3, 3))
+	type arrival struct {
+		at time.Time
+		e  schemas.Event
+	}
+	as := make([]arrival, len(events))
+	for i, e := range events {
+		as[i] = arrival{e.TS.Add(time.Duration(r.Int64N(int64(20 * time.Second)))), e}
+	}
+	slices.SortStableFunc(as, func(a, b arrival) int { return a.at.Compare(b.at) })
+	shuffled := make([]schemas.Event, len(as))
+	for i := range as {
+		shuffled[i] = as[i].e
+	}
+	_, lists := replay(t, shuffled, func(cfg *Config) {
+		c := rc
+		cfg.Preagg.Rules = &c
+		cfg.Source.File.Beacon = 100
+	})
+
+	// The definition's counted events, and per item the counted events of
+	// accounts with more than the cap of candidates (not duplicates,
+	// blocked or bots) in the rule window: the only ones the stream may
+	// miss.
+	counted := rulesOracle(t, rc, events)
+	noCap := rc
+	noCap.Cap, noCap.RepeatGap = 0, 0
+	candidates := map[string]int{}
+	for _, e := range rulesOracle(t, noCap, events) {
+		if e.User != "" {
+			candidates[e.User+"\x00"+e.Item]++
+		}
+	}
+	var risky []schemas.Event // counted events of over-cap accounts
+	for _, e := range counted {
+		if e.User != "" && candidates[e.User+"\x00"+e.Item] > rc.Cap {
+			risky = append(risky, e)
+		}
+	}
+	x := newExactIndex(counted, 10*time.Second)
+	rx := newExactIndex(risky, 10*time.Second)
+	last := events[len(events)-1].TS
+	under, worst := 0, uint64(0)
+	for _, l := range lists {
+		from := l.AsOf.Add(-l.Window.Length())
+		exact, slack := x.window(from, l.AsOf), rx.window(from, l.AsOf)
+		whole := !from.After(start) && l.AsOf.After(last) // covers the stream's whole rule window
+		for _, e := range l.Items {
+			k := "video\x00" + e.Item
+			if exact[k] <= e.Count {
+				continue
+			}
+			d := exact[k] - e.Count
+			under++
+			worst = max(worst, d)
+			if whole || d > slack[k] {
+				t.Fatalf("%s@%s: %s counts %d, the definition %d: under by %d, allowed %d (whole rule window: %v)",
+					l.Key(), l.AsOf.Format(time.TimeOnly), e.Item, e.Count, exact[k], d, slack[k], whole)
+			}
+		}
+	}
+	r100, _ := recallOnly(lists, x)
+	// Not asserted: out of order, the stream's counts differ from the
+	// definition's both ways (more repeats let through, other events kept
+	// under the cap), and items near rank 100 swap (measured: 0.97).
+	t.Logf("out of order: %d list entries under-count (within the bound), worst by %d; min recall@100=%.4f", under, worst, r100)
+}
+
+// recallOnly is checkLists' recall without its bounds checks.
+func recallOnly(lists []*schemas.List, x *exactIndex) (r100, r1000 float64) {
+	r100, r1000 = 1, 1
+	for _, l := range lists {
+		counts := x.window(l.AsOf.Add(-l.Window.Length()), l.AsOf)
+		var ranking []streams.KV
+		for k, c := range counts {
+			if typ, item := streams.SplitKey(k); typ == l.Type {
+				ranking = append(ranking, streams.KV{Key: item, Count: c})
+			}
+		}
+		slices.SortFunc(ranking, func(a, b streams.KV) int {
+			if a.Count != b.Count {
+				if a.Count > b.Count {
+					return -1
+				}
+				return 1
+			}
+			return strings.Compare(a.Key, b.Key)
+		})
+		got := make([]string, len(l.Items))
+		for i, e := range l.Items {
+			got[i] = e.Item
+		}
+		r100 = min(r100, streams.Recall(got, ranking, 100))
+		r1000 = min(r1000, streams.Recall(got, ranking, 1000))
+	}
+	return r100, r1000
 }
