@@ -36,9 +36,12 @@ import (
 type Config struct {
 	Source     source.Spec
 	SourceOpts source.Options
-	Preagg     preagg.Config
-	Lists      merge.Config
-	Publish    publish.Config
+	// Preagg.Rules are the countable-event rules; DefaultConfig leaves
+	// them nil (none, not even the event_id dedupe), the streaming command
+	// sets them from its flags (all rules by default).
+	Preagg  preagg.Config
+	Lists   merge.Config
+	Publish publish.Config
 	// DeadLetterDir receives dead letters as NDJSON; "" only counts them.
 	DeadLetterDir string
 	// Windows to publish; each of 1m, 5m, 1h (24h and all come from the
@@ -146,6 +149,12 @@ func BuildFrom(s beam.Scope, beacons, sourceDead beam.PCollection, cfg Config) e
 }
 
 func buildFrom(s beam.Scope, beacons, srcDead beam.PCollection, cfg Config) error {
+	// Lists carry the version of the rules their counts were made with.
+	v, err := preagg.RulesVersion(cfg.Preagg)
+	if err != nil {
+		return fmt.Errorf("rules: %w", err)
+	}
+	cfg.Lists.Rules = v
 	partials, decodeDead := preagg.Apply(s, beacons, cfg.Preagg)
 	publish.DeadLetters(s, beam.Flatten(s, srcDead, decodeDead), cfg.DeadLetterDir)
 
