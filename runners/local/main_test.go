@@ -100,6 +100,12 @@ func TestLocalRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A line per component as it came up, and one saying what was drained.
+	for _, w := range []string{"Pub/Sub:", "Redis:", "exact store:", "archiver:", "API and trending page:", "fast path:", "recount:", "load:", "stopping:", "stopped "} {
+		if !strings.Contains(string(progress), w) {
+			t.Errorf("progress has no %q line", w)
+		}
+	}
 	page := <-metrics
 	for _, name := range []string{"go_goroutines", "process_cpu_seconds_total", "topk_serving_removals", "topk_archive_events_total", "topk_archive_retention_last_run_timestamp_seconds"} {
 		if !strings.Contains(page, "\n"+name) {
