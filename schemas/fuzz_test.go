@@ -350,3 +350,23 @@ func FuzzUnmarshalList(f *testing.F) {
 		}
 	})
 }
+
+// FuzzListHeader: arbitrary bytes give an error or a valid key with a
+// positive version, never a panic; on a list that decodes in full, the
+// header agrees with it.
+func FuzzListHeader(f *testing.F) {
+	f.Add([]byte(`{"type":"video","scope":"global","window":"1h","as_of":"2026-11-30T10:00:00Z","version":1,"items":[]}`))
+	f.Add([]byte(`{"items":[],"version":3,"as_of":"2026-11-30T10:00:00Z","window":"5m","scope":"IN","type":"video"}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		k, v, _, err := ListHeader(data)
+		if err != nil {
+			return
+		}
+		if k.Validate() != nil || v <= 0 {
+			t.Fatalf("header %v v%d accepted", k, v)
+		}
+		if l, err := UnmarshalList(data); err == nil && (l.Key() != k || l.Version != v) {
+			t.Fatalf("header %v v%d, list %v v%d", k, v, l.Key(), l.Version)
+		}
+	})
+}

@@ -1,6 +1,7 @@
 package schemas
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -190,4 +191,53 @@ func (l *List) Check() error {
 		}
 	}
 	return nil
+}
+
+// ListHeader reads a list's or trending list's key, version and as_of from
+// its JSON without decoding its entries: the fields before "items" (where
+// MarshalList and MarshalTrending put them), so a publisher that only
+// routes blobs does not pay for a full decode. It checks the key and that
+// the version is positive; a reader still decodes in full (UnmarshalList).
+func ListHeader(data []byte) (k ListKey, version int64, asOf time.Time, err error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	bad := func(what string, e error) error { return fmt.Errorf("%w: header: %s: %w", ErrBadList, what, e) }
+	if t, e := dec.Token(); e != nil || t != json.Delim('{') {
+		return k, 0, asOf, bad("not an object", e)
+	}
+	var haveAsOf bool
+fields:
+	for dec.More() {
+		t, e := dec.Token()
+		if e != nil {
+			return k, 0, asOf, bad("field", e)
+		}
+		name, _ := t.(string)
+		var dst any = new(json.RawMessage)
+		switch name {
+		case "type":
+			dst = &k.Type
+		case "scope":
+			dst = &k.Scope
+		case "window":
+			dst = &k.Window
+		case "as_of":
+			dst, haveAsOf = &asOf, true
+		case "version":
+			dst = &version
+		case "items":
+			if haveAsOf && version != 0 {
+				break fields // every header field is in
+			}
+		}
+		if e := dec.Decode(dst); e != nil {
+			return k, 0, asOf, bad(name, e)
+		}
+	}
+	if e := k.Validate(); e != nil {
+		return k, 0, asOf, bad("key", e)
+	}
+	if version <= 0 || !haveAsOf {
+		return k, 0, asOf, bad("version and as_of", fmt.Errorf("version %d, as_of set %v", version, haveAsOf))
+	}
+	return k, version, asOf, nil
 }

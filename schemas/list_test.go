@@ -206,3 +206,31 @@ func TestListRulesAndUsersRoundTrip(t *testing.T) {
 		t.Fatalf("unset fields encoded: %s", b)
 	}
 }
+
+// TestListHeader: the header read without the entries agrees with a full
+// decode for top lists and trending lists, and rejects what is not a list.
+func TestListHeader(t *testing.T) {
+	asOf := time.Date(2026, 11, 30, 10, 42, 0, 0, time.UTC)
+	l := &List{Type: "video", Scope: "IN-MH", Window: Window5m, AsOf: asOf, Version: asOf.Unix(),
+		Items: []Entry{{Rank: 1, Item: "v_1", Count: 5, Lower: 5}}}
+	b, err := MarshalList(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, v, at, err := ListHeader(b)
+	if err != nil || k != l.Key() || v != l.Version || !at.Equal(asOf) {
+		t.Fatalf("header %v %d %v %v, want %v %d %v", k, v, at, err, l.Key(), l.Version, asOf)
+	}
+	tr := &Trending{Type: "hashtag", Scope: "global", Window: WindowTrending, AsOf: asOf, Version: asOf.Unix(), Counts: "events"}
+	if b, err = MarshalTrending(tr); err != nil {
+		t.Fatal(err)
+	}
+	if k, v, _, err = ListHeader(b); err != nil || k != tr.Key() || v != tr.Version {
+		t.Fatalf("trending header %v %d %v", k, v, err)
+	}
+	for _, bad := range []string{``, `[]`, `{"type":"video"}`, `{"type":"Video","scope":"global","window":"1h","as_of":"2026-11-30T10:00:00Z","version":1,"items":[]}`, `{"type":"video","scope":"global","window":"1h","as_of":"2026-11-30T10:00:00Z","version":0,"items":[]}`} {
+		if _, _, _, err := ListHeader([]byte(bad)); err == nil {
+			t.Errorf("header of %q: no error", bad)
+		}
+	}
+}

@@ -31,7 +31,7 @@ type ScopedSpec struct {
 	// Spam adds a wave of distinct junk hashtags: SpamItems tags in
 	// [SpamFrom, SpamFrom+SpamFor), a quarter of them used twice, spread
 	// evenly, from the same countries.
-	SpamItems        int
+	SpamItems         int
 	SpamFrom, SpamFor time.Duration
 }
 

@@ -1,15 +1,16 @@
 // Package fastpath is the streaming job: read beacons, decode and validate,
-// pre-aggregate per bundle, merge bucket summaries per partition, slide
-// windows over summaries, merge partitions into ranked lists, publish. Build
-// adds it to a Beam pipeline; Run builds, runs it on the runner selected by
-// Beam's --runner flag (Prism in-process by default) and reports what it did.
+// pre-aggregate per bundle, merge bucket summary sets per partition, slide
+// windows incrementally per partition, merge partitions into ranked lists,
+// publish. Build adds it to a Beam pipeline; Run builds, runs it on the
+// runner selected by Beam's --runner flag (Prism in-process by default) and
+// reports what it did.
 //
-//	source -> preagg --(KV<type|scope|partition, summary>, ts = bucket)--> buckets (fixed 10 s, allowed lateness)
-//	   buckets -> sliding 1m/10s  -> lists(1m)
-//	   buckets -> sliding 5m/10s  -> lists(5m)
-//	   buckets -> fixed 1m -> sliding 1h/1m -> lists(1h)
-//	   fixed 1m -> stitch.OpenParts -> stitch.Lists -> lists(24h, all)   (Config.Long)
-//	   lists -> publish (Redis blob + pointer, files); dead letters -> files
+//	source -> preagg --(KV<partition, summary set>, ts = bucket)--> counter.Buckets (fixed 10 s, allowed lateness)
+//	   -> slide.Windows (state + event-time timers per partition: 1m, 5m every 10 s; 1h every minute)
+//	   -> merge.Lists (per window and shard: one union of the partitions per list) -> publish
+//	   5m lists -> trend (transforms/trend/trendbeam) -> publish                 (Config.Trending)
+//	   slide minutes -> stitch.OpenParts -> stitch.Lists -> lists(24h, all)       (Config.Long)
+//	   dead letters -> files
 package fastpath
 
 import (
@@ -35,9 +36,12 @@ import (
 type Config struct {
 	Source     source.Spec
 	SourceOpts source.Options
-	Preagg     preagg.Config
-	Lists      merge.Config
-	Publish    publish.Config
+	// Preagg.Rules are the countable-event rules; DefaultConfig leaves
+	// them nil (none, not even the event_id dedupe), the streaming command
+	// sets them from its flags (all rules by default).
+	Preagg  preagg.Config
+	Lists   merge.Config
+	Publish publish.Config
 	// DeadLetterDir receives dead letters as NDJSON; "" only counts them.
 	DeadLetterDir string
 	// Windows to publish; each of 1m, 5m, 1h (24h and all come from the
@@ -145,6 +149,12 @@ func BuildFrom(s beam.Scope, beacons, sourceDead beam.PCollection, cfg Config) e
 }
 
 func buildFrom(s beam.Scope, beacons, srcDead beam.PCollection, cfg Config) error {
+	// Lists carry the version of the rules their counts were made with.
+	v, err := preagg.RulesVersion(cfg.Preagg)
+	if err != nil {
+		return fmt.Errorf("rules: %w", err)
+	}
+	cfg.Lists.Rules = v
 	partials, decodeDead := preagg.Apply(s, beacons, cfg.Preagg)
 	publish.DeadLetters(s, beam.Flatten(s, srcDead, decodeDead), cfg.DeadLetterDir)
 

@@ -30,7 +30,9 @@ import (
 	"github.com/topk-dev/topk/pipelines/fastpath"
 	"github.com/topk-dev/topk/pipelines/internal/beamrun"
 	"github.com/topk-dev/topk/schemas"
+	"github.com/topk-dev/topk/transforms/preagg"
 	"github.com/topk-dev/topk/transforms/publish/liststore"
+	"github.com/topk-dev/topk/transforms/rules"
 	"github.com/topk-dev/topk/transforms/source"
 )
 
@@ -62,6 +64,7 @@ type Flags struct {
 	BTProject       string
 	BTInstance      string
 	MetricsAddr     string
+	Rules           *rules.Config // --rules, --bots, --cap, ...: all rules by default
 }
 
 // Register defines the flags on fs with their defaults.
@@ -94,6 +97,8 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.IntVar(&f.MemoryLimitMB, "memory_limit_mb", 2560, "Go heap soft limit in MiB (runtime/debug.SetMemoryLimit; GOMEMLIMIT overrides; 0: none). Most of the heap is short-lived summaries: at 1M events/s peak RSS was 4.5 GB without a limit, 2.6 GB with 2,560 MiB, at the same throughput")
 	fs.StringVar(&f.MetricsAddr, "metrics_addr", "", "serve Prometheus metrics (publish lag, list age, pointer moves) on this address at /metrics")
 	fs.StringVar(&f.CPUProfile, "cpuprofile", "", "write a CPU profile of the whole run (Prism runs in-process) to this file")
+	rd := preagg.DefaultRules() // the exact command's rules, with smaller stream state
+	f.Rules = rules.RegisterFlagsWith(fs, "", rd)
 }
 
 // Config validates the flags into a fastpath configuration (redisAddr is the
@@ -125,6 +130,10 @@ func (f *Flags) Config(redisAddr string) (fastpath.Config, error) {
 	}
 	cfg.Preagg.MaxDistinct = f.MaxDistinct
 	cfg.Preagg.Scopes = f.Scopes
+	if f.Rules != nil { // validated with the rest by cfg.Validate
+		rc := *f.Rules
+		cfg.Preagg.Rules = &rc
+	}
 	if f.Types != "" {
 		cfg.Preagg.Types = strings.Split(f.Types, ",")
 	}

@@ -31,6 +31,10 @@ type Config struct {
 	// Margin entries are published beyond K so that takedowns, filtered at
 	// read time, leave a full K.
 	Margin int
+	// Rules is the version of the countable-event rules the counts were
+	// made with (preagg.RulesVersion), carried by every list as "rules";
+	// "" when no rules were applied.
+	Rules string
 }
 
 // DefaultConfig publishes 1,000 entries plus a margin of 100.
@@ -64,7 +68,7 @@ func Lists(s beam.Scope, results beam.PCollection, bucket time.Duration, windows
 	if bucket <= 0 {
 		panic(fmt.Sprintf("merge: bucket %v", bucket))
 	}
-	fn := &buildListsFn{K: cfg.K, Margin: cfg.Margin}
+	fn := &buildListsFn{K: cfg.K, Margin: cfg.Margin, Rules: cfg.Rules}
 	for _, w := range windows {
 		if !schemas.Window(w.Name).Valid() {
 			panic(fmt.Sprintf("merge: window %q", w.Name))
@@ -87,6 +91,7 @@ type buildListsFn struct {
 	Windows   []string
 	MinCounts []uint64
 	K, Margin int
+	Rules     string
 }
 
 func (fn *buildListsFn) ProcessElement(w typex.Window, key string, values func(*[]byte) bool, emit func(string, []byte)) error {
@@ -100,7 +105,7 @@ func (fn *buildListsFn) ProcessElement(w typex.Window, key string, values func(*
 		return fmt.Errorf("merge: result key %q", key)
 	}
 	limit := fn.K + fn.Margin
-	lists := map[string]*summary.Summary{}
+	parts := map[string][]*summary.Summary{}
 	var b []byte
 	for values(&b) {
 		err := summary.EachInSet(b, func(list string, smb []byte) error {
@@ -108,20 +113,20 @@ func (fn *buildListsFn) ProcessElement(w typex.Window, key string, values func(*
 			if err != nil {
 				return err
 			}
-			sm.Sketch = nil // lists are answered from entries and Theta
-			acc := lists[list]
-			if acc == nil {
-				lists[list] = sm
-				return nil
-			}
-			lists[list], err = summary.MergeKeys(acc, sm, limit)
-			return err
+			parts[list] = append(parts[list], sm)
+			return nil
 		})
 		if err != nil {
 			return fmt.Errorf("merge %q: %w", key, err)
 		}
 	}
 	asOf := iw.End.ToTime().UTC()
+	lists := make(map[string]*summary.Summary, len(parts))
+	for list, ps := range parts {
+		// Each item lives in one partition: the union of the partitions'
+		// entries, one selection of the first limit.
+		lists[list] = summary.UnionKeys(ps, limit)
+	}
 	for _, list := range slices.Sorted(maps.Keys(lists)) {
 		typ, scope, _ := strings.Cut(list, "\x00")
 		minCount := fn.MinCounts[wi]
@@ -129,6 +134,7 @@ func (fn *buildListsFn) ProcessElement(w typex.Window, key string, values func(*
 			minCount = 0
 		}
 		l := BuildMin(lists[list], schemas.ListKey{Type: typ, Scope: scope, Window: schemas.Window(name)}, asOf, fn.K, limit, minCount)
+		l.Rules = fn.Rules
 		out, err := schemas.MarshalList(l)
 		if err != nil {
 			return fmt.Errorf("merge %q: %w", list, err)

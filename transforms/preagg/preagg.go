@@ -2,9 +2,12 @@
 // validates their events, buckets each by its own event time, and sums counts
 // per (type, scope, partition, bucket, item) in a per-bundle hash map
 // (summary.Counter) flushed as bounded summaries. Only summaries cross the
-// shuffle, keyed by (type, scope, partition) and timestamped with their
-// bucket's start, so a viral item costs one map increment per event and one
-// entry per bundle.
+// shuffle: one summary set per (partition, bucket) holding a summary per
+// list with events there (summary.AppendSet), keyed by partition and
+// timestamped with the bucket's start, so a viral item costs one map
+// increment per event and one entry per bundle, and the number of elements
+// follows partitions and buckets, not lists (three scopes per event, for
+// every type).
 //
 // Beam's own combiner lifting keeps only ~2,000 keys per bundle; this map is
 // bounded by Config.MaxDistinct over all its groups and flushes early when
@@ -15,11 +18,48 @@
 // later than the allowed lateness (judged against the beacon's element
 // timestamp, which follows the source's clock) are counted in the
 // late_dropped metric and left to the exact path.
+//
+// # Countable-event rules
+//
+// With Config.Rules set, every event that passed validation and the
+// lateness drop goes through a rules.Filter (transforms/rules: the one
+// definition of a countable event the exact recount applies too) before it
+// is counted: duplicates by event_id, the safety blocklist, known bots,
+// repeats and the per-account cap. An event the rules drop is not counted
+// (topk/rules_dropped_<reason>, not in topk/events); the trust weight is
+// for trend scores and does not change counts. Config.Rules nil applies no
+// rule at all, not even the dedupe (the behaviour before the rules, kept
+// for the replay tests that compare with plain recounts); Off
+// (--rules=none) keeps only the dedupe.
+//
+// Each DoFn instance builds one Filter in Setup. Its memory is fixed at
+// rules.Config.FilterMaxBytes whatever the events; the fast path's
+// defaults (DefaultRules) are sized for several instances per worker: 2^15
+// event_ids per 30 s dedupe bucket over a 3 min horizon (7 sets) and 2^15
+// (user, type, item) keys per 1 h rule window (2 tables), 26.6 MiB per
+// instance (the rules package's own defaults take 173 MiB). That dedupes
+// every event up to about 1,090 events/s per instance, and applies repeats
+// and caps to the first 32,768 keys of each hour. Beyond either bound the
+// rules do not apply to the event and it counts (topk/rules_unchecked,
+// topk/rules_untracked): the fast path over-counts by at most those
+// counters, it never drops an event the definition counts, and the exact
+// path corrects the hour. Events of one event_id or account that reach
+// different instances are judged by each apart (again an over-count only).
+//
+// Out of order, one bound is weaker: a filter judges events in arrival
+// order, so where an account's cap bites it may keep later events of the
+// key than the definition does (as many or more in the rule window). A
+// list whose window covers whole rule windows never under-counts; one that
+// covers part of a rule window can under-count an item by the events of
+// accounts that posted it more than the cap in that rule window, at most
+// the cap per such account (TestReplayRulesOutOfOrder in pipelines/fastpath:
+// 20 s of jitter, under by up to 18 in a partial 1h window).
 package preagg
 
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -28,6 +68,7 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
 
 	"github.com/topk-dev/topk/schemas"
+	"github.com/topk-dev/topk/transforms/rules"
 	"github.com/topk-dev/topk/transforms/summary"
 )
 
@@ -55,6 +96,22 @@ type Config struct {
 	// Scopes: count each event in its country and region lists too, besides
 	// "global" (the default; false counts global lists only).
 	Scopes bool
+	// Rules, when not nil, are the countable-event rules applied to every
+	// event before it is counted (see the package doc); nil applies none,
+	// not even the event_id dedupe. Start from DefaultRules, whose stream
+	// state is sized for the fast path.
+	Rules *rules.Config
+}
+
+// DefaultRules is rules.DefaultConfig with the stream state scaled down for
+// several pre-aggregation instances per worker: 2^15 event_ids per dedupe
+// bucket and 2^15 keys per rule window, 26.6 MiB per instance
+// (rules.Config.FilterMaxBytes) instead of 173 MiB.
+func DefaultRules() rules.Config {
+	c := rules.DefaultConfig()
+	c.MaxIDs = 1 << 15
+	c.MaxKeys = 1 << 15
+	return c
 }
 
 // DefaultConfig is the fast path's configuration.
@@ -86,6 +143,17 @@ func (c Config) Validate() error {
 	for _, t := range c.Types {
 		if !schemas.IsType(t) {
 			return fmt.Errorf("type %q must match [a-z][a-z0-9_]*", t)
+		}
+	}
+	if c.Rules != nil {
+		if err := c.Rules.Validate(); err != nil {
+			return err
+		}
+		// An event is counted until its bucket ends AllowedLateness before
+		// the beacon's time: the dedupe must remember it that long, or its
+		// late duplicates count again.
+		if need := c.AllowedLateness + c.Bucket; c.Rules.DedupeHorizon < need {
+			return fmt.Errorf("dedupe_horizon %v is shorter than the allowed lateness plus a bucket (%v): late duplicates would count again", c.Rules.DedupeHorizon, need)
 		}
 	}
 	return c.Summary.Validate()
@@ -127,6 +195,16 @@ func Apply(s beam.Scope, beacons beam.PCollection, cfg Config) (summaries, dead 
 	if err := cfg.Validate(); err != nil {
 		panic(fmt.Sprintf("preagg: %v", err))
 	}
+	fn, err := newPreaggFn(cfg)
+	if err != nil {
+		panic(fmt.Sprintf("preagg: %v", err))
+	}
+	return beam.ParDo2(s, fn, beacons)
+}
+
+// newPreaggFn copies cfg into the DoFn's exported fields, reading the rule
+// files for their version.
+func newPreaggFn(cfg Config) (*preaggFn, error) {
 	fn := &preaggFn{
 		Partitions:  cfg.Partitions,
 		BucketMs:    cfg.Bucket.Milliseconds(),
@@ -139,7 +217,29 @@ func Apply(s beam.Scope, beacons beam.PCollection, cfg Config) (summaries, dead 
 		MaxFutureMs: cfg.MaxFuture.Milliseconds(),
 		Scopes:      cfg.Scopes,
 	}
-	return beam.ParDo2(s, fn, beacons)
+	if cfg.Rules != nil {
+		v, err := RulesVersion(cfg)
+		if err != nil {
+			return nil, err
+		}
+		rc := *cfg.Rules
+		fn.Rules, fn.RulesVersion = &rc, v
+	}
+	return fn, nil
+}
+
+// RulesVersion reads cfg.Rules' files and returns the rule set's version
+// (rules.Rules.Version), what the lists carry as "rules"; "" without
+// rules. A missing or bad file is an error at submit time.
+func RulesVersion(cfg Config) (string, error) {
+	if cfg.Rules == nil {
+		return "", nil
+	}
+	r, err := rules.New(*cfg.Rules)
+	if err != nil {
+		return "", err
+	}
+	return r.Version(), nil
 }
 
 var (
@@ -148,7 +248,23 @@ var (
 	badEvents     = beam.NewCounter("topk", "bad_events")
 	lateDropped   = beam.NewCounter("topk", "late_dropped")
 	flushes       = beam.NewCounter("topk", "preagg_flushes")
+
+	// rulesDropped counts the events the rules drop, by reason
+	// (topk/rules_dropped_duplicate, ..._blocked, ..._bot, ..._repeat,
+	// ..._capped); rulesUnchecked and rulesUntracked count the events that
+	// counted because the filter's state was full or too old: the bound of
+	// the fast path's over-count against the rules.
+	rulesDropped   = newReasonCounters()
+	rulesUnchecked = beam.NewCounter("topk", "rules_unchecked")
+	rulesUntracked = beam.NewCounter("topk", "rules_untracked")
 )
+
+func newReasonCounters() (cs [rules.NumReasons]beam.Counter) {
+	for r := rules.OK + 1; r < rules.NumReasons; r++ {
+		cs[r] = beam.NewCounter("topk", "rules_dropped_"+r.String())
+	}
+	return cs
+}
 
 func init() {
 	register.DoFn5x1[context.Context, beam.EventTime, []byte, func(beam.EventTime, string, []byte), func(schemas.DeadLetter), error](&preaggFn{})
@@ -168,7 +284,12 @@ type preaggFn struct {
 	Types       []string
 	MaxFutureMs int64
 	Scopes      bool
+	// Rules, nil for none; RulesVersion is their version when the pipeline
+	// was built (what the lists carry).
+	Rules        *rules.Config
+	RulesVersion string
 
+	filter   *rules.Filter // nil without rules
 	cfg      summary.Config
 	val      schemas.Validator
 	reader   schemas.BeaconReader
@@ -193,7 +314,7 @@ type group struct {
 	counters []*summary.Counter // by partition, nil until used
 }
 
-func (fn *preaggFn) Setup() {
+func (fn *preaggFn) Setup() error {
 	fn.cfg = summary.Config{N: fn.N, SketchWidth: fn.SketchW, SketchDepth: fn.SketchD}
 	fn.val = schemas.Validator{MaxFuture: time.Duration(fn.MaxFutureMs) * time.Millisecond}
 	if len(fn.Types) > 0 {
@@ -203,6 +324,20 @@ func (fn *preaggFn) Setup() {
 		}
 	}
 	fn.groups = make(map[groupKey]*group)
+	if fn.Rules != nil {
+		// The files are read once per instance; Watch is not started, so
+		// that the counts keep the version the lists carry (a changed file
+		// takes effect when the job is restarted or updated).
+		r, err := rules.New(*fn.Rules)
+		if err != nil {
+			return fmt.Errorf("preagg: %w", err)
+		}
+		if v := r.Version(); v != fn.RulesVersion {
+			slog.Warn("preagg: the rule files changed since the job was built; lists carry the old version", "built", fn.RulesVersion, "now", v)
+		}
+		fn.filter = r.NewFilter()
+	}
+	return nil
 }
 
 func (fn *preaggFn) StartBundle(_ context.Context, _ func(beam.EventTime, string, []byte), _ func(schemas.DeadLetter)) {
@@ -217,6 +352,9 @@ func (fn *preaggFn) ProcessElement(ctx context.Context, et beam.EventTime, beaco
 	}
 	now := et.ToTime()
 	clock := int64(et)
+	if fn.filter != nil {
+		fn.filter.Advance(now)
+	}
 	var e schemas.Event
 	for r.Next(&e) { // hot path: once per event
 		if err := fn.val.Validate(&e, now); err != nil {
@@ -229,6 +367,12 @@ func (fn *preaggFn) ProcessElement(ctx context.Context, et beam.EventTime, beaco
 		if bucket+fn.BucketMs+fn.LatenessMs <= clock {
 			fn.nLate++
 			continue
+		}
+		if fn.filter != nil {
+			// The weight is for trend scores; counts add 1.
+			if _, why := fn.filter.Check(&e); why != rules.OK {
+				continue // counted by reason in FinishBundle
+			}
 		}
 		fn.nEvents++
 		h := summary.Hash(e.Item)
@@ -337,6 +481,20 @@ func (fn *preaggFn) FinishBundle(ctx context.Context, emit func(beam.EventTime, 
 	badEvents.Inc(ctx, fn.nBadE)
 	lateDropped.Inc(ctx, fn.nLate)
 	fn.nEvents, fn.nBadB, fn.nBadE, fn.nLate = 0, 0, 0, 0
+	if fn.filter != nil {
+		st := fn.filter.TakeStats()
+		for r := rules.OK + 1; r < rules.NumReasons; r++ {
+			if n := st.Events[r]; n > 0 {
+				rulesDropped[r].Inc(ctx, int64(n))
+			}
+		}
+		if st.Unchecked > 0 {
+			rulesUnchecked.Inc(ctx, int64(st.Unchecked))
+		}
+		if st.Untracked > 0 {
+			rulesUntracked.Inc(ctx, int64(st.Untracked))
+		}
+	}
 }
 
 func mod(a, b int64) int64 {

@@ -27,7 +27,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -77,7 +76,6 @@ func terminate(s beam.Scope, out beam.PCollection) {
 
 func discardFn(string, func(*int64) bool) {}
 
-
 var (
 	listsPublished = beam.NewCounter("topk", "lists")
 	listsMoved     = beam.NewCounter("topk", "lists_moved")
@@ -120,21 +118,15 @@ func (fn *publishFn) Teardown() {
 	}
 }
 
-// decodeBlob checks a list blob, a top list or, under a key ending in
-// ":trending", a trending list, and returns its key, version and as_of.
+// decodeBlob reads a list's (or trending list's) key, version and as_of
+// from its header (schemas.ListHeader), and checks the key matches the
+// element's.
 func decodeBlob(key string, blob []byte) (schemas.ListKey, int64, time.Time, error) {
-	if strings.HasSuffix(key, ":"+string(schemas.WindowTrending)) {
-		t, err := schemas.UnmarshalTrending(blob)
-		if err != nil {
-			return schemas.ListKey{}, 0, time.Time{}, err
-		}
-		return t.Key(), t.Version, t.AsOf, nil
+	k, version, asOf, err := schemas.ListHeader(blob)
+	if err == nil && k.String() != key {
+		err = fmt.Errorf("blob of %s under key %q", k, key)
 	}
-	l, err := schemas.UnmarshalList(blob)
-	if err != nil {
-		return schemas.ListKey{}, 0, time.Time{}, err
-	}
-	return l.Key(), l.Version, l.AsOf, nil
+	return k, version, asOf, err
 }
 
 func (fn *publishFn) ProcessElement(ctx context.Context, key string, blob []byte, _ func(string, int64)) error {

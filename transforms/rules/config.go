@@ -135,6 +135,18 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// FilterMaxBytes is the most memory a Filter built from c takes, whatever
+// the events (Filter.MaxBytes without building one).
+func (c Config) FilterMaxBytes() int {
+	ids := ceilDiv(c.DedupeHorizon.Milliseconds(), c.DedupeBucket.Milliseconds()) + 1
+	keys := 0
+	if c.stateful() {
+		keys = ceilDiv(c.DedupeHorizon.Milliseconds(), c.Window.Milliseconds()) + 1
+	}
+	return ids*tableBytes[struct{}](c.MaxIDs, c.MaxIDs*idArenaBytes) +
+		keys*tableBytes[KeyState](c.MaxKeys, c.MaxKeys*keyArenaBytes)
+}
+
 // stateful reports whether any rule needs memory across events (besides
 // the dedupe).
 func (c Config) stateful() bool { return !c.Off && (c.RepeatGap > 0 || c.Cap > 0) }
@@ -159,6 +171,14 @@ func (c Config) stateful() bool { return !c.Off && (c.RepeatGap > 0 || c.Cap > 0
 func RegisterFlags(fs *flag.FlagSet, prefix string) *Config {
 	c := DefaultConfig()
 	c.Reload = 30 * time.Second
+	return RegisterFlagsWith(fs, prefix, c)
+}
+
+// RegisterFlagsWith is RegisterFlags with the defaults d instead of
+// DefaultConfig's: a command whose stream state must be smaller (the fast
+// path's pre-aggregation, preagg.DefaultRules) shows and uses its own.
+func RegisterFlagsWith(fs *flag.FlagSet, prefix string, d Config) *Config {
+	c := d
 	cfg := &c
 	fs.Func(prefix+"rules", "countable-event rules: all, or none (only the event_id dedupe)", func(v string) error {
 		switch v {

@@ -96,7 +96,8 @@
 // worker: again only over-counts. Exact per-account rules in the stream
 // need events routed by user (or event_id) before the Filter. One
 // exception: when caps bite on out-of-order events, the stream may keep
-// different events of a key than the recount does (the same number or
-// more), so one 10-second bucket can hold one fewer than the recount's
-// while the window around it holds as many or more.
+// different (later) events of a key than the recount does (the same number
+// or more in the rule window), so a count over part of a rule window can
+// be lower than the recount's, by at most the cap per account whose cap
+// bit, while the whole rule window holds as many or more.
 package rules

@@ -105,7 +105,9 @@ func (sm *Summary) UnmarshalBinary(data []byte) error {
 		item := string(b)
 		out.Entries[i] = Entry{Item: item, Hash: Hash(item), Lo: lo, Hi: lo + over}
 	}
-	out.sortByKey()
+	if !slices.IsSortedFunc(out.Entries, cmpKey) { // encoders write key order
+		out.sortByKey()
+	}
 	for i := 1; i < len(out.Entries); i++ {
 		if cmpKey(out.Entries[i-1], out.Entries[i]) == 0 {
 			return fmt.Errorf("%w: item %q twice", ErrCorrupt, out.Entries[i].Item)

@@ -318,6 +318,43 @@ func MergeKeys(a, b *Summary, limit int) (*Summary, error) {
 	return out, nil
 }
 
+// UnionKeys is MergeKeys over many summaries at once (the partitions of one
+// list): the union of their entries, Theta the largest, Total the sum,
+// keeping the limit largest entries by hi (limit <= 0: all) and raising
+// Theta to the largest hi dropped. Sketches are dropped. One selection over
+// all entries instead of a sort per pairwise merge: P partitions of n
+// entries cost O(P n), not O(P^2 n log n). The inputs are not modified.
+func UnionKeys(parts []*Summary, limit int) *Summary {
+	out := &Summary{}
+	n := 0
+	for _, p := range parts {
+		n += len(p.Entries)
+		out.N += p.N
+		out.Total += p.Total
+		out.Theta = max(out.Theta, p.Theta)
+	}
+	if limit > 0 {
+		out.N = limit
+	}
+	out.Entries = make([]Entry, 0, n)
+	for _, p := range parts {
+		out.Entries = append(out.Entries, p.Entries...)
+	}
+	if limit > 0 && len(out.Entries) > limit {
+		selectTop(out.Entries, limit, cmpRank)
+		for _, e := range out.Entries[limit:] {
+			out.Theta = max(out.Theta, e.Hi)
+		}
+		out.Entries = out.Entries[:limit:limit]
+	}
+	out.sortByKey()
+	// Disjoint key sets share no item; if a caller breaks that, keep one
+	// entry per item (the first in rank order is not guaranteed: keep the
+	// larger bounds as MergeKeys does).
+	out.Entries = slices.CompactFunc(out.Entries, func(x, y Entry) bool { return cmpKey(x, y) == 0 })
+	return out
+}
+
 // withN returns a copy of sm with capacity n (truncating if needed).
 func (sm *Summary) withN(n int) *Summary {
 	out := &Summary{N: n, Total: sm.Total, Theta: sm.Theta, Entries: slices.Clone(sm.Entries)}

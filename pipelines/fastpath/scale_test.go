@@ -1,0 +1,295 @@
+package fastpath
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/topk-dev/topk/internal/streams"
+	"github.com/topk-dev/topk/schemas"
+)
+
+// The fast path at scale (issue 9's tests): every (type, scope, window) list
+// at every as_of against an exact recount by (type, scope, item)
+// (scopecheck_test.go).
+
+// genScoped returns the stream of spec as a slice.
+func genScoped(spec streams.ScopedSpec) []schemas.Event {
+	var events []schemas.Event
+	streams.GenScoped(spec, func(e *schemas.Event) { events = append(events, *e) })
+	return events
+}
+
+// TestReplayScopes: a stream of three types from 8 countries and their 24
+// ISO regions, replayed with the default configuration (scopes on, minimum
+// counts 3/5/10). Every published list of every (type, scope, window) at
+// every as_of, against the exact recount of its scope over [as_of-length,
+// as_of): no under-count, lower <= exact, certified_k honest, complete
+// never false, non-global lists hold exactly the items at or above the
+// minimum (within bounds), recall@100 = 1 and recall@1000 >= 0.999 on every
+// list with at least 1,000 items at or above its minimum, and every window
+// slides (a list at every period while its window holds a qualifying item).
+func TestReplayScopes(t *testing.T) {
+	spec := streams.ScopedSpec{
+		Seed: 9, Events: 240_000, Start: start, Span: 12 * time.Minute,
+		Items: 200_000, Zipf: 1.1, HashtagItems: 50_000,
+		HashtagShare: 0.15, SearchShare: 0.25, Countries: 8,
+	}
+	if testing.Short() {
+		spec.Events, spec.Span = 60_000, 6*time.Minute
+	}
+	events := genScoped(spec)
+	began := time.Now()
+	rep, lists := replay(t, events, nil)
+	if rep.Events != int64(len(events)) || rep.Bad != 0 || rep.LateDropped != 0 {
+		t.Fatalf("report %+v, want %d events, none bad or late", rep, len(events))
+	}
+	cfg := DefaultConfig()
+	x := newScopedExact(events, cfg.Preagg.Bucket, true)
+	rs := checkScoped(t, lists, x, cfg.Windows, scopeChecks{
+		K: cfg.Lists.K, Margin: cfg.Lists.Margin, MinCount: cfg.MinCount,
+		RequireComplete: true, Recall100: true, MinR1000: 0.999, Slides: true,
+	})
+	t.Logf("scopes: %d events, %d lists checked, replay %.0f events/s, %v in all", len(events), len(rs), rep.EventsPerS, time.Since(began).Round(time.Second))
+	recallSummary(t, "scopes", rs)
+}
+
+// denseStream: n events of one type at rate events/s, two thirds drawn from
+// Zipf(s = 1.0) over 200,000 items (the ranks around 1,000 have close
+// counts) and one third one-off items, a long tail no summary can hold.
+func denseStream(n int, rate float64) []schemas.Event {
+	events := streams.ZipfStream(7, 1.0, 200_000, n, start, rate, "video")
+	for i := range events {
+		if i%3 == 2 {
+			events[i].Item = "once" + strconv.Itoa(i)
+		}
+	}
+	return events
+}
+
+// TestReplayDense: every 10 s bucket holds about 40,000 events and 25,000
+// distinct items, far more than the summaries track (N = 512 in each of 4
+// partitions: 2,048 per list and bucket, still above K + margin), so the
+// approximation itself is exercised: merges drop items and raise Theta.
+// Same properties as TestReplayScopes: no under-count, lower <= exact,
+// certified_k honest, complete consistent with certified_k, every window
+// slides; recall@100 = 1 on every list with 1,000 items, and recall@1000 at
+// least denseMinR1000, the figure measured (see the log).
+func TestReplayDense(t *testing.T) {
+	n, rate := 480_000, 4000.0 // 12 buckets of 40,000
+	if testing.Short() {
+		n = 240_000 // 6 buckets as dense
+	}
+	events := denseStream(n, rate)
+	began := time.Now()
+	rep, lists := replay(t, events, func(c *Config) {
+		c.Preagg.Summary.N, c.Preagg.Partitions = 512, 4
+		c.Trending = false
+	})
+	if rep.Events != int64(n) || rep.Bad != 0 || rep.LateDropped != 0 {
+		t.Fatalf("report %+v, want %d events, none bad or late", rep, n)
+	}
+	cfg := DefaultConfig()
+	x := newScopedExact(events, cfg.Preagg.Bucket, true)
+	distinct := map[string]bool{}
+	for _, items := range x.buckets[x.first] {
+		for it := range items {
+			distinct[it] = true
+		}
+	}
+	rs := checkScoped(t, lists, x, cfg.Windows, scopeChecks{
+		K: cfg.Lists.K, Margin: cfg.Lists.Margin, MinCount: cfg.MinCount,
+		RequireComplete: false, Recall100: true, MinR1000: denseMinR1000, Slides: true,
+	})
+	t.Logf("dense: %d events, %d distinct items in the first bucket, %d lists checked, replay %.0f events/s, %v in all",
+		n, len(distinct), len(rs), rep.EventsPerS, time.Since(began).Round(time.Second))
+	recallSummary(t, "dense", rs)
+}
+
+// denseMinR1000 is the recall@1000 TestReplayDense requires of every list:
+// measured on cc3f842 (two runs, identical), the smallest was 0.945 (1m and
+// 5m lists of the first minute; 1h lists 0.962), 0.939 with -short; with
+// N = 512 x 4 partitions 115 of the 119 lists are not complete (certified_k
+// below 1,000), which this test therefore does not require.
+const denseMinR1000 = 0.93
+
+// TestMinCount: a quiet region's lists. In DE-BE, within the minute
+// [10:01, 10:02), item a is seen 6 times, b 3, c 2, d once; DE-BY sees a
+// and e 4 times each. With the default minimums (1m: 3, 5m: 5, 1h: 10)
+// the DE-BE 1m list as of 10:02 is exactly {a: 6, b: 3}, its 5m list as
+// of 10:05 exactly {a: 6}, the DE 5m list {a: 10}; each is shorter than
+// K, exact, and complete; a list of the region whose window holds no item
+// at the minimum (1h) is empty if published at all. Every list of the run
+// also passes checkScoped's properties, complete never false.
+func TestMinCount(t *testing.T) {
+	var events []schemas.Event
+	id := 0
+	add := func(item, country, region string, n int, at time.Time) {
+		for range n {
+			id++
+			events = append(events, schemas.Event{EventID: "m" + strconv.Itoa(id), Type: "video", Item: item,
+				Country: country, Region: region, TS: at.Add(time.Duration(id) * time.Millisecond)})
+		}
+	}
+	// A global background: 200 items over three minutes, no country.
+	for i := range 3000 {
+		add("g"+strconv.Itoa(i%200), "", "", 1, start.Add(time.Duration(i)*60*time.Millisecond))
+	}
+	t0 := start.Add(time.Minute)
+	add("a", "DE", "DE-BE", 6, t0.Add(5*time.Second))
+	add("b", "DE", "DE-BE", 3, t0.Add(15*time.Second))
+	add("c", "DE", "DE-BE", 2, t0.Add(25*time.Second))
+	add("d", "DE", "DE-BE", 1, t0.Add(35*time.Second))
+	add("a", "DE", "DE-BY", 4, t0.Add(45*time.Second))
+	add("e", "DE", "DE-BY", 4, t0.Add(50*time.Second))
+	slices.SortStableFunc(events, func(a, b schemas.Event) int { return a.TS.Compare(b.TS) })
+
+	_, lists := replay(t, events, func(c *Config) { c.Trending = false })
+	cfg := DefaultConfig()
+	checkScoped(t, lists, newScopedExact(events, cfg.Preagg.Bucket, true), cfg.Windows, scopeChecks{
+		K: cfg.Lists.K, Margin: cfg.Lists.Margin, MinCount: cfg.MinCount, RequireComplete: true, Slides: true,
+	})
+	find := func(scope string, w schemas.Window, asOf time.Time) *schemas.List {
+		for _, l := range lists {
+			if l.Type == "video" && l.Scope == scope && l.Window == w && l.AsOf.Equal(asOf) {
+				return l
+			}
+		}
+		return nil
+	}
+	for _, tc := range []struct {
+		scope string
+		w     schemas.Window
+		asOf  time.Time
+		want  map[string]uint64
+	}{
+		{"DE-BE", schemas.Window1m, t0.Add(time.Minute), map[string]uint64{"a": 6, "b": 3}},
+		{"DE-BE", schemas.Window5m, t0.Add(4 * time.Minute), map[string]uint64{"a": 6}},
+		{"DE-BY", schemas.Window1m, t0.Add(time.Minute), map[string]uint64{"a": 4, "e": 4}},
+		{"DE", schemas.Window1m, t0.Add(time.Minute), map[string]uint64{"a": 10, "b": 3, "e": 4}},
+		{"DE", schemas.Window5m, t0.Add(4 * time.Minute), map[string]uint64{"a": 10}},
+		{"DE-BE", schemas.Window1h, start.Add(time.Hour), nil},
+	} {
+		name := fmt.Sprintf("%s:%s@%s", tc.scope, tc.w, tc.asOf.Format(time.TimeOnly))
+		l := find(tc.scope, tc.w, tc.asOf)
+		if l == nil {
+			if tc.want != nil {
+				t.Errorf("%s: not published", name)
+			}
+			t.Logf("%s: not published", name)
+			continue
+		}
+		got := map[string]uint64{}
+		for _, e := range l.Items {
+			if e.Lower != e.Count {
+				t.Errorf("%s: %s bounds [%d, %d], want exact", name, e.Item, e.Lower, e.Count)
+			}
+			got[e.Item] = e.Count
+		}
+		t.Logf("%s: %v, complete %v, certified_k %d", name, got, l.Complete, l.CertifiedK)
+		if !maps.Equal(got, tc.want) && !(len(got) == 0 && len(tc.want) == 0) {
+			t.Errorf("%s: got %v, want %v", name, got, tc.want)
+		}
+		if !l.Complete || l.CertifiedK != len(l.Items) {
+			t.Errorf("%s: complete %v certified_k %d of %d, want complete and all certified", name, l.Complete, l.CertifiedK, len(l.Items))
+		}
+	}
+}
+
+// TestSpamWave: issue 9's item 5 at its full rate, over a shorter stream.
+// The issue's replay had 1,250 hashtag events per 10 s bucket (15% of 4M
+// events over 80 minutes, Zipf 1.1 over 500,000 tags) and a wave of
+// 1,000,000 distinct junk tags (a quarter used twice) in 3 minutes. Here the
+// same hashtag background (videos and searches, which count in lists of
+// their own, are left out) runs for 12 minutes with the same wave in
+// minutes 4-7, at the default memory budget (16 partitions x N = 4,096).
+// Every hashtag list, before, during and after the wave: no under-count,
+// lower <= exact, certified_k honest, complete consistent with certified_k,
+// every window slides; recall@100 = 1 on lists with 1,000 qualifying items
+// when spamRecall100 is set. Recall per window and phase is logged.
+func TestSpamWave(t *testing.T) {
+	spec := streams.ScopedSpec{
+		Seed: 5, Events: 90_000, Start: start, Span: 12 * time.Minute,
+		Items: 1000, Zipf: 1.1, HashtagItems: 500_000, HashtagShare: 1,
+		SpamItems: 1_000_000, SpamFrom: 4 * time.Minute, SpamFor: 3 * time.Minute,
+	}
+	if testing.Short() {
+		spec.Events, spec.Span, spec.SpamFrom, spec.SpamItems = 60_000, 8*time.Minute, 3*time.Minute, 250_000
+	}
+	events := genScoped(spec)
+	began := time.Now()
+	rep, lists := replay(t, events, func(c *Config) { c.Trending = false })
+	if rep.Events != int64(len(events)) || rep.Bad != 0 || rep.LateDropped != 0 {
+		t.Fatalf("report %+v, want %d events, none bad or late", rep, len(events))
+	}
+	var tags []*schemas.List
+	for _, l := range lists {
+		if l.Type == "hashtag" {
+			tags = append(tags, l)
+		}
+	}
+	cfg := DefaultConfig()
+	x := newScopedExact(events, cfg.Preagg.Bucket, true)
+	rs := checkScoped(t, tags, x, cfg.Windows, scopeChecks{
+		K: cfg.Lists.K, Margin: cfg.Lists.Margin, MinCount: cfg.MinCount,
+		Recall100: spamRecall100, Slides: true,
+	})
+	t.Logf("spam: %d events (%d junk), %d hashtag lists checked, replay %.0f events/s, %v in all",
+		len(events), spec.SpamItems+(spec.SpamItems+3)/4, len(rs), rep.EventsPerS, time.Since(began).Round(time.Second))
+	waveFrom, waveTo := start.Add(spec.SpamFrom), start.Add(spec.SpamFrom+spec.SpamFor)
+	phase := func(r listResult) string {
+		from := r.AsOf.Add(-r.Key.Window.Length())
+		switch {
+		case !r.AsOf.After(waveFrom):
+			return "before"
+		case from.Before(waveTo):
+			return "during"
+		}
+		return "after"
+	}
+	type agg struct {
+		n, incomplete int
+		r100, r1000   float64
+	}
+	per := map[string]*agg{}
+	for _, r := range rs {
+		k := string(r.Key.Window) + " " + phase(r)
+		a := per[k]
+		if a == nil {
+			a = &agg{r100: 1, r1000: 1}
+			per[k] = a
+		}
+		a.n++
+		a.r100, a.r1000 = min(a.r100, r.R100), min(a.r1000, r.R1000)
+		if !r.Complete {
+			a.incomplete++
+		}
+		if r.Key.Window != schemas.Window1h && r.AsOf.Sub(waveFrom) >= 0 && r.AsOf.Sub(waveTo) <= 5*time.Minute && r.AsOf.Second() == 0 {
+			t.Logf("spam %s @%s: recall@100=%.4f recall@1000=%.4f certified_k=%d complete=%v (%s)",
+				r.Key.Window, r.AsOf.Format(time.TimeOnly), r.R100, r.R1000, r.CertifiedK, r.Complete, phase(r))
+		}
+	}
+	r100, r1000 := 1.0, 1.0
+	for _, r := range rs {
+		if r.Qualifying >= 1000 {
+			r100, r1000 = min(r100, r.R100), min(r1000, r.R1000)
+		}
+	}
+	if r100 < 1 || r1000 < 0.99 {
+		t.Logf("spam: issue 9's goal (recall@100 = 1, recall@1000 >= 0.99 on every list through the wave) NOT MET: min recall@100=%.4f recall@1000=%.4f", r100, r1000)
+	}
+	for _, k := range slices.Sorted(maps.Keys(per)) {
+		a := per[k]
+		t.Logf("spam %-10s %4d lists: min recall@100=%.4f min recall@1000=%.4f, %d incomplete", k, a.n, a.r100, a.r1000, a.incomplete)
+	}
+}
+
+// spamRecall100: whether TestSpamWave requires recall@100 = 1 (issue 9's
+// goal) on every hashtag list with 1,000 qualifying items. Not yet: on
+// cc3f842 the wave brings recall@100 of the 1m lists to 0.89 and of the 5m
+// and 1h lists to 0.96 (recall@1000: 0.27, 0.80, 0.90), all recovering to
+// 1 once the wave leaves the window; set it when item 5 is done.
+const spamRecall100 = false

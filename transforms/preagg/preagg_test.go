@@ -1,0 +1,312 @@
+package preagg
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/mtime"
+
+	"github.com/topk-dev/topk/schemas"
+	"github.com/topk-dev/topk/transforms/rules"
+	"github.com/topk-dev/topk/transforms/summary"
+)
+
+var t0 = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+
+// harness drives a preaggFn without a runner: Setup, beacons, FinishBundle,
+// and sums the emitted summaries' counts per "type/scope/item".
+type harness struct {
+	fn     *preaggFn
+	counts map[string]uint64
+	dead   int
+}
+
+func newHarness(t testing.TB, cfg Config) *harness {
+	t.Helper()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	fn, err := newPreaggFn(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fn.Setup(); err != nil {
+		t.Fatal(err)
+	}
+	return &harness{fn: fn, counts: map[string]uint64{}}
+}
+
+func (h *harness) emit(_ beam.EventTime, _ string, set []byte) {
+	err := summary.EachInSet(set, func(list string, b []byte) error {
+		sm, err := summary.Unmarshal(b)
+		if err != nil {
+			return err
+		}
+		for _, e := range sm.Entries {
+			if e.Lo != e.Hi {
+				return fmt.Errorf("inexact entry %+v", e)
+			}
+			h.counts[strings.ReplaceAll(list, "\x00", "/")+"/"+e.Item] += e.Lo
+		}
+		return nil
+	})
+	if err != nil {
+		panic(err)
+	}
+}
+
+// send processes events as one beacon at element time at.
+func (h *harness) send(t testing.TB, at time.Time, events ...schemas.Event) {
+	t.Helper()
+	b, err := schemas.MarshalBeacon(&schemas.Beacon{BeaconID: "b", Events: events})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = h.fn.ProcessElement(context.Background(), mtime.FromTime(at), b, h.emit, func(schemas.DeadLetter) { h.dead++ })
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (h *harness) finish() {
+	h.fn.FinishBundle(context.Background(), h.emit, func(schemas.DeadLetter) {})
+}
+
+func ev(id, item, user string, at time.Time) schemas.Event {
+	return schemas.Event{EventID: id, Type: "video", Item: item, User: user, TS: at}
+}
+
+// Property: with rules, an event counts only when the rule definition
+// counts it (duplicates in later beacons, bots, blocklisted items, repeats
+// and events past the cap do not); without rules (nil) every valid event
+// counts; with --rules=none only duplicates are dropped.
+func TestRules(t *testing.T) {
+	dir := t.TempDir()
+	bots, block := filepath.Join(dir, "bots"), filepath.Join(dir, "block")
+	must(t, os.WriteFile(bots, []byte("u_bot\n"), 0o644))
+	must(t, os.WriteFile(block, []byte("video,v_bad\n"), 0o644))
+
+	var first, second []schemas.Event
+	first = append(first,
+		ev("a1", "v_1", "u_1", t0),
+		ev("a2", "v_1", "u_2", t0.Add(time.Second)),
+		ev("b1", "v_1", "u_bot", t0.Add(2*time.Second)),
+		ev("k1", "v_bad", "u_1", t0.Add(3*time.Second)),
+		ev("r1", "v_2", "u_1", t0.Add(4*time.Second)),
+		ev("r2", "v_2", "u_1", t0.Add(9*time.Second)), // repeat (5 s < 30 s)
+		ev("n1", "v_2", "", t0.Add(9*time.Second)),    // no account: no account rules
+	)
+	// One account posts v_spam 500 times, 1 s apart, with no repeat gap:
+	// the cap (10) stops it.
+	for i := range 500 {
+		first = append(first, ev(fmt.Sprintf("s%d", i), "v_spam", "u_spam", t0.Add(time.Duration(i)*time.Second)))
+	}
+	// Every event again, in later beacons seconds apart.
+	second = append(second, first...)
+
+	all := DefaultRules()
+	all.Bots, all.Blocklist = bots, block
+	none := rules.None()
+	for _, tc := range []struct {
+		name  string
+		rules *rules.Config
+		gap   time.Duration
+		want  map[string]uint64
+	}{
+		{"nil", nil, 0, map[string]uint64{"v_1": 6, "v_bad": 2, "v_2": 6, "v_spam": 1000}},
+		{"none", &none, 0, map[string]uint64{"v_1": 3, "v_bad": 1, "v_2": 3, "v_spam": 500}},
+		{"all", &all, 30 * time.Second, map[string]uint64{"v_1": 2, "v_2": 2, "v_spam": 1}},
+		{"all-no-gap", &all, 0, map[string]uint64{"v_1": 2, "v_2": 3, "v_spam": 10}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.Scopes = false
+			if tc.rules != nil {
+				rc := *tc.rules
+				if !rc.Off {
+					rc.RepeatGap = tc.gap
+				}
+				cfg.Rules = &rc
+			}
+			h := newHarness(t, cfg)
+			// Element time is each beacon's last event time (the source's
+			// clock; an event more than a dedupe bucket ahead of it would
+			// be neither deduped nor judged); the copies arrive 10 s later.
+			for i := 0; i < len(first); i += 50 {
+				j := min(i+50, len(first))
+				h.send(t, first[j-1].TS, first[i:j]...)
+				h.send(t, first[j-1].TS.Add(10*time.Second), second[i:j]...)
+			}
+			h.finish()
+			got := map[string]uint64{}
+			for k, c := range h.counts {
+				got[k[strings.LastIndex(k, "/")+1:]] = c
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Errorf("counts %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// Property: the hot path allocates nothing per event with rules on, once
+// the filter's tables for the events' time are allocated.
+func TestRulesNoAllocs(t *testing.T) {
+	off := allocsPerBeacon(t, nil)
+	rc := DefaultRules()
+	on := allocsPerBeacon(t, &rc)
+	t.Logf("allocations per 500-event beacon: %.1f without rules, %.1f with", off, on)
+	if on > off {
+		t.Errorf("the rules add %.1f allocations per 500-event beacon", on-off)
+	}
+}
+
+// allocsPerBeacon is the allocations of one 500-event beacon (fresh
+// events in warmed-up groups and tables) with rules rc.
+func allocsPerBeacon(t *testing.T, rc *rules.Config) float64 {
+	cfg := DefaultConfig()
+	cfg.Rules = rc
+	h := newHarness(t, cfg)
+	beacons := benchBeacons(t, 4, 500, time.Minute)
+	for _, b := range beacons { // warm up: tables, groups, counters
+		h.fn.ProcessElement(context.Background(), mtime.FromTime(t0), b, nopEmit, nopDead)
+	}
+	// Fresh events (another seed) over the same minute.
+	fresh := benchBeaconsSeed(t, 9, 4, 500, time.Minute)
+	i := 0
+	allocs := testing.AllocsPerRun(len(fresh), func() {
+		h.fn.ProcessElement(context.Background(), mtime.FromTime(t0), fresh[i%len(fresh)], nopEmit, nopDead)
+		i++
+	})
+	return allocs
+}
+
+func nopEmit(beam.EventTime, string, []byte) {}
+func nopDead(schemas.DeadLetter)             {}
+
+// benchBeacons is n beacons of size events each, spread over span of event
+// time from t0, with Zipf(1.1) items and Zipf(1.1) users over 1M each.
+func benchBeacons(tb testing.TB, n, size int, span time.Duration) [][]byte {
+	return benchBeaconsSeed(tb, 42, n, size, span)
+}
+
+func benchBeaconsSeed(tb testing.TB, seed uint64, n, size int, span time.Duration) [][]byte {
+	tb.Helper()
+	r := rand.New(rand.NewPCG(seed, seed))
+	items := rand.NewZipf(r, 1.1, 1, 1<<20)
+	users := rand.NewZipf(r, 1.1, 1, 1<<20)
+	countries := []string{"US", "IN", "BR", "DE"}
+	out := make([][]byte, n)
+	total := n * size
+	for i := range out {
+		b := schemas.Beacon{BeaconID: fmt.Sprintf("b%d-%d", seed, i), Events: make([]schemas.Event, size)}
+		for j := range b.Events {
+			k := i*size + j
+			b.Events[j] = schemas.Event{
+				EventID: fmt.Sprintf("%016x%016x", r.Uint64(), r.Uint64()),
+				Type:    "video",
+				Item:    fmt.Sprintf("v_%d", items.Uint64()),
+				User:    fmt.Sprintf("u_%d", users.Uint64()),
+				Country: countries[k%len(countries)],
+				TS:      t0.Add(time.Duration(k) * span / time.Duration(total)),
+			}
+		}
+		var err error
+		if out[i], err = schemas.MarshalBeacon(&b); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return out
+}
+
+// BenchmarkPreagg is the pre-aggregation's cost per event with the rules
+// off (nil), with only the dedupe (none) and with every rule (all, the
+// fast path's defaults): 2^18 events over 5 minutes of event time in
+// beacons of 500, Zipf(1.1) items and users, with scopes. One op is one
+// beacon; ns/event is the per-event cost. A pass over the beacons ends the
+// bundle (flush) and starts a fresh DoFn outside the timer, so no event is
+// a duplicate.
+func BenchmarkPreagg(b *testing.B) {
+	const size = 500
+	beacons := benchBeacons(b, (1<<18)/size, size, 5*time.Minute)
+	for _, name := range []string{"off", "none", "all"} {
+		b.Run(name, func(b *testing.B) {
+			cfg := DefaultConfig()
+			switch name {
+			case "none":
+				rc := rules.None()
+				rc.MaxIDs = DefaultRules().MaxIDs
+				cfg.Rules = &rc
+			case "all":
+				rc := DefaultRules()
+				cfg.Rules = &rc
+			}
+			h := newHarness(b, cfg)
+			ctx := context.Background()
+			at := mtime.FromTime(t0)
+			var st rules.Stats
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				k := i % len(beacons)
+				if k == 0 && i > 0 {
+					b.StopTimer()
+					h.fn.FinishBundle(ctx, nopEmit, nopDead)
+					h = newHarness(b, cfg)
+					b.StartTimer()
+				}
+				h.fn.ProcessElement(ctx, at, beacons[k], nopEmit, nopDead)
+			}
+			b.StopTimer()
+			if h.fn.filter != nil {
+				st = h.fn.filter.TakeStats()
+				b.ReportMetric(float64(cfg.Rules.FilterMaxBytes())/(1<<20), "MiB/filter")
+				var n uint64
+				for _, c := range st.Events {
+					n += c
+				}
+				b.ReportMetric(float64(st.Untracked)/float64(max(n, 1)), "untracked/event")
+			}
+			events := float64(b.N) * size
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/events, "ns/event")
+			b.ReportMetric(events/b.Elapsed().Seconds(), "events/s")
+		})
+	}
+}
+
+// Property: the fast path's default rules state is bounded as the package
+// doc says (26.6 MiB), and FilterMaxBytes agrees with a built Filter.
+func TestDefaultRulesBound(t *testing.T) {
+	rc := DefaultRules()
+	r, err := rules.New(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := rc.FilterMaxBytes(), r.NewFilter().MaxBytes(); got != want {
+		t.Fatalf("FilterMaxBytes %d, Filter.MaxBytes %d", got, want)
+	}
+	if got := rc.FilterMaxBytes(); got != 27_918_336 {
+		t.Errorf("default filter bound %d bytes, the package doc says 27,918,336 (26.6 MiB)", got)
+	}
+	cfg := DefaultConfig()
+	short := DefaultRules()
+	short.DedupeHorizon = time.Minute
+	cfg.Rules = &short
+	if err := cfg.Validate(); err == nil {
+		t.Error("a dedupe horizon shorter than the allowed lateness validated")
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
