@@ -112,6 +112,12 @@ func (f *Flags) Config(redisAddr string) (fastpath.Config, error) {
 	if err != nil {
 		return cfg, err
 	}
+	if spec.Kind == source.KindFile {
+		// Here, not on a worker: a missing file would fail every bundle.
+		if _, err := os.Stat(spec.File.Path); err != nil {
+			return cfg, fmt.Errorf("--source: %w", err)
+		}
+	}
 	cfg.Source = spec
 	cfg.SourceOpts = source.Options{Runner: *runners.Runner, PubsubEndpoint: f.PubsubEndpoint}
 	cfg.Preagg.Partitions = f.Partitions
@@ -180,7 +186,11 @@ func parseMinCount(s string) (map[schemas.Window]uint64, error) {
 
 func main() {
 	var f Flags
-	f.Register(flag.CommandLine)
+	own := flag.NewFlagSet("streaming", flag.ExitOnError)
+	f.Register(own)
+	beamrun.Share(own)
+	flag.Usage = beamrun.Usage("streaming: the fast path, a streaming Beam job that turns beacons (Pub/Sub, an NDJSON file or a synthetic load) into 1m, 5m and 1h top-K lists in Redis.",
+		"streaming --source=SOURCE [flags]", own)
 	beamrun.Main("streaming", func(ctx context.Context) error { return run(ctx, &f) })
 }
 
@@ -224,8 +234,8 @@ func run(ctx context.Context, f *Flags) error {
 	}
 	defer stopProfile()
 	rep, err := fastpath.Run(ctx, cfg, fastpath.BeamRunner, lag)
-	if err != nil {
-		return err
+	if err != nil || dryRun {
+		return err // a dry run counted nothing: no all-zero summary
 	}
 	return json.NewEncoder(os.Stdout).Encode(rep)
 }

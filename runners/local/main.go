@@ -7,11 +7,21 @@
 //	go run ./runners/local                      # until Ctrl-C
 //	go run ./runners/local --rate=50000 --duration=3m
 //
-// It prints a progress line every few seconds (events/s published, lists
-// published, 1m-list lag as a reader sees it). Ctrl-C stops the load; the
-// Pub/Sub source then ends after it has been idle for --idle_stop, so
-// windows and timers flush and Prism exits cleanly (cancelling Prism's
-// context would panic the process).
+// It prints a line per component as it comes up, then a progress line
+// every few seconds (events/s published, lists published, 1m-list lag as a
+// reader sees it). Ctrl-C stops the load; the archiver drains what was
+// published (its Pub/Sub pull ends after --idle_stop without messages) and
+// the fast path is waited for up to --drain_timeout (its windows live in
+// Prism's memory, and draining the long windows' minute timers takes
+// minutes), so the process ends within 10 s with a line saying what was
+// drained. A --duration run (and the test) drains everything.
+//
+// Everything is on the API's one /metrics: serving, the archiver and its
+// retention (--retention), the publish lag and list ages as a reader of
+// Redis sees them (internal/publishobs), Go and process. The catalogue is
+// filled with titles and thumbnails for the --catalogue_items most frequent
+// synthetic items of each type, the exact store serves /v1/charts/daily and
+// keeps takedowns.
 //
 // The archiver writes every event as Parquet by event hour under
 // --archive_root. The exact path runs too: at the start and then every
@@ -30,6 +40,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -42,11 +53,15 @@ import (
 
 	"cloud.google.com/go/pubsub/v2"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/topk-dev/topk/internal/publishobs"
 	"github.com/topk-dev/topk/internal/pubsubx"
 	"github.com/topk-dev/topk/internal/redisx"
 	"github.com/topk-dev/topk/pipelines/fastpath"
 	"github.com/topk-dev/topk/pipelines/recount"
+	"github.com/topk-dev/topk/schemas"
 	"github.com/topk-dev/topk/serving/api"
 	"github.com/topk-dev/topk/transforms/archive"
 	"github.com/topk-dev/topk/transforms/exact/store"
@@ -81,6 +96,27 @@ type Config struct {
 	// project "topk-local" of the emulator at BIGTABLE_EMULATOR_HOST or of
 	// an embedded bttest.
 	BigtableInstance string
+	// CatalogueItems is how many of each type's most frequent synthetic
+	// items get a title and a thumbnail in the catalogue (0: none).
+	CatalogueItems int
+	// Retention is how long the archive keeps an event hour after it ends
+	// (0: archive.DefaultRetention, 30 days; negative: forever).
+	Retention time.Duration
+	// LongIdle is how long after the end of a list's last hour with data
+	// its long windows are still reported every minute
+	// (fastpath.Config.LongIdle). Zero: an hour. The end of the run fires
+	// those minute timers at once, so a short one drains faster.
+	LongIdle time.Duration
+	// DrainTimeout bounds the wait after the load stops: the archiver is
+	// always waited for (about IdleStop), the fast path and the recount
+	// only until DrainTimeout has passed, after which Run returns without
+	// their report (the process is expected to exit). Zero: wait until
+	// they end (up to IdleStop + 10 minutes), as the tests do.
+	DrainTimeout time.Duration
+	// Registry receives every component's metrics, served on the API's
+	// /metrics. Zero: a new registry. The Go and process collectors are
+	// added to it.
+	Registry *prometheus.Registry
 }
 
 func main() {
@@ -101,6 +137,9 @@ func main() {
 	flag.BoolVar(&cfg.Recount, "recount", true, "recount every closed archive hour not yet recounted, at the start and then every --recount_every, into the embedded exact store the 24h and all lists are stitched from")
 	flag.StringVar(&cfg.BigtableInstance, "bigtable_instance", "topk", "exact store instance (project topk-local) on the emulator at BIGTABLE_EMULATOR_HOST, or on an embedded bttest")
 	flag.DurationVar(&cfg.RecountEvery, "recount_every", time.Minute, "how often to look for closed hours to recount")
+	flag.IntVar(&cfg.CatalogueItems, "catalogue_items", 10_000, "titles and thumbnails for this many of each type's most frequent synthetic items (0: none)")
+	flag.DurationVar(&cfg.Retention, "retention", archive.DefaultRetention, "delete archive hours this long after they end (negative: never)")
+	flag.DurationVar(&cfg.DrainTimeout, "drain_timeout", 6*time.Second, "after Ctrl-C, wait this long at most for the fast path and the recount (the archiver is always waited for); 0: until they end, which takes minutes")
 	flag.StringVar(&cfg.AdminToken, "admin_token", os.Getenv("TOPK_ADMIN_TOKEN"), "bearer token for /v1/admin (default $TOPK_ADMIN_TOKEN)")
 	flag.Parse()
 	cfg.Types = strings.Split(*types, ",")
@@ -124,23 +163,34 @@ type Stats struct {
 	RecountFailures int
 	DoneHours       []time.Time
 	ExactUntil      time.Time
+	// Lists are the keys of every list in Redis at the end of the run.
+	Lists []schemas.ListKey
 }
 
 // Run runs everything until ctx ends (or Duration passes), then stops the
 // load, waits for the pipeline to drain and returns.
-func Run(ctx context.Context, cfg Config, out *os.File) (Stats, error) {
+func Run(ctx context.Context, cfg Config, out io.Writer) (Stats, error) {
 	if cfg.Duration > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, cfg.Duration)
 		defer cancel()
 	}
 	bg := context.Background() // outlives ctx: the drain needs it
+	start := time.Now()
+	say := func(format string, args ...any) {
+		fmt.Fprintf(out, "%5.1fs "+format+"\n", append([]any{time.Since(start).Seconds()}, args...)...)
+	}
+	reg := cfg.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	psAddr := pubsubx.EmulatorAddr()
+	psAddr, psKind := pubsubx.EmulatorAddr(), "emulator at PUBSUB_EMULATOR_HOST"
 	if psAddr == "" {
 		emb := pubsubx.StartEmbedded()
 		defer emb.Close()
-		psAddr = emb.Addr
+		psAddr, psKind = emb.Addr, "embedded"
 	}
 	ps, err := pubsubx.NewClient(bg, cfg.Project, psAddr)
 	if err != nil {
@@ -153,20 +203,7 @@ func Run(ctx context.Context, cfg Config, out *os.File) (Stats, error) {
 	if err := pubsubx.EnsureSubscription(bg, ps, "fastpath", "views", 60); err != nil {
 		return Stats{}, err
 	}
-
-	archDone := make(chan error, 1)
-	if cfg.ArchiveRoot != "" {
-		if err := pubsubx.EnsureSubscription(bg, ps, "archive", "views", 60); err != nil {
-			return Stats{}, err
-		}
-		// bg and IdleStop, not ctx: the archiver drains what was published.
-		go func() {
-			archDone <- archive.Run(bg, ps, archive.Config{Root: cfg.ArchiveRoot,
-				Subscription: pubsubx.SubscriptionName(cfg.Project, "archive"), ReturnImmediately: true, IdleStop: cfg.IdleStop})
-		}()
-	} else {
-		archDone <- nil
-	}
+	say("Pub/Sub: %s on %s, topic views, subscription fastpath", psKind, psAddr)
 
 	rconn, err := redisx.Connect(bg, "")
 	if err != nil {
@@ -174,28 +211,26 @@ func Run(ctx context.Context, cfg Config, out *os.File) (Stats, error) {
 	}
 	defer rconn.Close()
 	lists := liststore.New(rconn.Client, liststore.Options{})
-
-	srv, err := api.New(api.Config{Addr: cfg.Addr, Redis: rconn.Client, PubSub: ps, AdminToken: cfg.AdminToken, Types: cfg.loadTypes()})
-	if err != nil {
-		return Stats{}, err
+	redisKind := "REDIS_ADDR"
+	if rconn.Embedded != nil {
+		redisKind = "embedded miniredis"
 	}
-	defer srv.Close()
-	apiDone := make(chan error, 1)
-	go func() { apiDone <- srv.Run(ctx) }()
+	say("Redis: %s on %s (lists, catalogue, takedown cache)", redisKind, rconn.Addr)
 
-	// The exact store that the recount writes and the fast path's 24h and
-	// all lists are stitched from: the emulator at BIGTABLE_EMULATOR_HOST
-	// (the Bigtable client connects there whenever it is set, whatever
-	// endpoint it is given), else an embedded bttest whose tables live as
-	// long as the run, so that each run recounts the closed hours again.
-	btAddr := os.Getenv("BIGTABLE_EMULATOR_HOST")
+	// The exact store that the recount writes, the fast path's 24h and all
+	// lists are stitched from, /v1/charts/daily reads, and that keeps the
+	// takedowns: the emulator at BIGTABLE_EMULATOR_HOST (the Bigtable
+	// client connects there whenever it is set, whatever endpoint it is
+	// given), else an embedded bttest whose tables live as long as the
+	// run, so that each run recounts the closed hours again.
+	btAddr, btKind := os.Getenv("BIGTABLE_EMULATOR_HOST"), "emulator at BIGTABLE_EMULATOR_HOST"
 	if btAddr == "" {
 		addr, stopBT, err := store.Embedded()
 		if err != nil {
 			return Stats{}, err
 		}
 		defer stopBT()
-		btAddr = addr
+		btAddr, btKind = addr, "embedded bttest"
 	}
 	instance := cfg.BigtableInstance
 	if instance == "" {
@@ -210,6 +245,60 @@ func Run(ctx context.Context, cfg Config, out *os.File) (Stats, error) {
 	if err := xst.EnsureTables(bg); err != nil {
 		return Stats{}, err
 	}
+	say("exact store: Bigtable %s on %s, instance %s (exact tables, daily charts, durable takedowns)", btKind, btAddr, instance)
+
+	archDone := make(chan error, 1)
+	var archStats atomic.Pointer[archive.Stats]
+	archStats.Store(&archive.Stats{})
+	if cfg.ArchiveRoot != "" {
+		if err := pubsubx.EnsureSubscription(bg, ps, "archive", "views", 60); err != nil {
+			return Stats{}, err
+		}
+		am := archive.NewMetrics()
+		reg.MustRegister(am)
+		ret := archive.RetentionConfig{Root: cfg.ArchiveRoot, Keep: cfg.Retention, Report: am.Pruned}
+		if err := ret.Validate(); err != nil {
+			return Stats{}, err
+		}
+		progress := func(s archive.Stats) { am.Progress(s); archStats.Store(&s) }
+		// bg and IdleStop, not ctx: the archiver drains what was published.
+		go func() {
+			archDone <- archive.Run(bg, ps, archive.Config{Root: cfg.ArchiveRoot, Progress: progress,
+				Subscription: pubsubx.SubscriptionName(cfg.Project, "archive"), ReturnImmediately: true, IdleStop: cfg.IdleStop})
+		}()
+		// ctx: retention stops with the run (a prune in progress is cut short
+		// and done again at the next start).
+		go func() { _ = archive.RunRetention(ctx, ret) }()
+		keep := "forever"
+		if ret.Keep > 0 {
+			keep = ret.Keep.String()
+		}
+		say("archiver: every event as Parquet by event hour under %s, subscription archive, hours kept %s", cfg.ArchiveRoot, keep)
+	} else {
+		archDone <- nil
+	}
+
+	srv, err := api.New(api.Config{Addr: cfg.Addr, Redis: rconn.Client, PubSub: ps, AdminToken: cfg.AdminToken, Types: cfg.loadTypes(),
+		Exact: xst, Removals: xst, Registry: reg})
+	if err != nil {
+		return Stats{}, err
+	}
+	defer srv.Close()
+	if err := fillCatalogue(bg, srv.Catalogue(), cfg.loadTypes(), cfg.CatalogueItems); err != nil {
+		return Stats{}, err
+	}
+	apiDone := make(chan error, 1)
+	go func() { apiDone <- srv.Run(ctx) }()
+	say("API and trending page: http://%s/ (metrics at /metrics, daily charts at /v1/charts/daily); catalogue: %d titles per type", pageAddr(cfg.Addr), cfg.CatalogueItems)
+
+	// The publish observer outlives ctx: the drain publishes the last lists.
+	obsCtx, stopObs := context.WithCancel(bg)
+	defer stopObs()
+	obs, err := publishobs.Start(obsCtx, lists, nil)
+	if err != nil {
+		return Stats{}, err
+	}
+	reg.MustRegister(obs)
 
 	pcfg := fastpath.DefaultConfig()
 	// LongIdle: a list's open hours are reported each minute until an hour
@@ -220,6 +309,9 @@ func Run(ctx context.Context, cfg Config, out *os.File) (Stats, error) {
 	// watermark jumps) fires 2 h of minute timers instead of 26 h of them,
 	// which took minutes.
 	pcfg.Long, pcfg.Exact, pcfg.LongIdle = true, exact, time.Hour
+	if cfg.LongIdle > 0 {
+		pcfg.LongIdle = cfg.LongIdle
+	}
 	spec, err := source.ParseSpec("pubsub:" + pubsubx.SubscriptionName(cfg.Project, "fastpath") + "?idle_stop=" + cfg.IdleStop.String())
 	if err != nil {
 		return Stats{}, err
@@ -242,6 +334,7 @@ func Run(ctx context.Context, cfg Config, out *os.File) (Stats, error) {
 		rep, err := fastpath.Run(bg, pcfg, fastpath.BeamRunner, nil)
 		pipeDone <- result{rep, err}
 	}()
+	say("fast path: Beam job on Prism (in this process) reading subscription fastpath, %d partitions; 1m lists each minute, the first within about a minute", cfg.Partitions)
 
 	rc := &recounter{root: cfg.ArchiveRoot, st: xst, k: pcfg.Lists.K, out: out, every: cfg.RecountEvery}
 	if rc.every <= 0 {
@@ -250,6 +343,7 @@ func Run(ctx context.Context, cfg Config, out *os.File) (Stats, error) {
 	recountDone := make(chan struct{})
 	if cfg.Recount && cfg.ArchiveRoot != "" {
 		go func() { defer close(recountDone); rc.loop(ctx) }()
+		say("recount: every %v, each closed archive hour not yet in the exact store (a second Beam job)", rc.every)
 	} else {
 		close(recountDone)
 	}
@@ -257,9 +351,8 @@ func Run(ctx context.Context, cfg Config, out *os.File) (Stats, error) {
 	var published atomic.Int64
 	loadDone := make(chan error, 1)
 	go func() { loadDone <- publishLoad(ctx, ps.Publisher("views"), cfg, &published) }()
-
-	fmt.Fprintf(out, "topk local: API on %s, Pub/Sub %s, Redis %s, Bigtable %s, load %d events/s (Zipf %.1f over %d items; types %s; %d countries with their regions)\n",
-		cfg.Addr, psAddr, rconn.Addr, btAddr, cfg.Rate, cfg.Zipf, cfg.Items, strings.Join(cfg.loadTypes(), ","), cfg.Countries)
+	say("load: %d events/s to topic views (Zipf %.1f over %d items; types %s; countries %d, each with four regions); Ctrl-C stops",
+		cfg.Rate, cfg.Zipf, cfg.Items, strings.Join(cfg.loadTypes(), ","), cfg.Countries)
 	tick := time.NewTicker(cfg.Progress)
 	defer tick.Stop()
 	last, lastAt := int64(0), time.Now()
@@ -280,15 +373,31 @@ loop:
 			return Stats{Published: published.Load(), Report: r.rep}, fmt.Errorf("pipeline ended early: %w", r.err)
 		}
 	}
-	fmt.Fprintf(out, "stopping: load stopped, waiting for the pipeline to drain (idle %v)\n", cfg.IdleStop)
+	stopAt := time.Now()
+	fmt.Fprintf(out, "stopping: load stopped after %d events; the archiver and the fast path drain (their source ends after %v without messages)\n",
+		published.Load(), cfg.IdleStop)
+	// The archiver is always waited for: its files are the exact path's
+	// input and outlive the run. The fast path and the recount keep their
+	// state in memory (Prism), so past DrainTimeout they are abandoned.
+	archErr := <-archDone
+	as := archStats.Load()
+	wait := cfg.IdleStop + 10*time.Minute
+	if cfg.DrainTimeout > 0 {
+		wait = max(0, cfg.DrainTimeout-time.Since(stopAt))
+	}
 	var r result
 	select {
 	case r = <-pipeDone:
-	case <-time.After(cfg.IdleStop + 10*time.Minute):
-		return Stats{}, errors.New("pipeline did not drain within 10 minutes of the idle stop")
+	case <-time.After(wait):
+		if cfg.DrainTimeout <= 0 {
+			return Stats{}, errors.New("pipeline did not drain within 10 minutes of the idle stop")
+		}
+		fmt.Fprintf(out, "stopped %.1fs after the load: the archiver drained all it was sent (%d events archived in %d files this run, %d of them late); the fast path was not waited for (%d 1m list versions published; its windows live in memory and end with the process)\n",
+			time.Since(stopAt).Seconds(), as.Events, as.Files, as.LateEvents, lag.Count())
+		return Stats{Published: published.Load()}, archErr
 	}
-	if err := <-archDone; err != nil {
-		return Stats{}, fmt.Errorf("archive: %w", err)
+	if archErr != nil {
+		return Stats{}, fmt.Errorf("archive: %w", archErr)
 	}
 	p50, p99 := lag.Stop()
 	r.rep.LagP50Ms, r.rep.LagP99Ms = p50, p99
@@ -301,8 +410,11 @@ loop:
 	if st.ExactUntil, err = xst.ExactUntil(bg); err != nil {
 		return st, err
 	}
-	fmt.Fprintf(out, "done: published %d events; pipeline counted %d, %d lists, 1m lag p50 %.1fs p99 %.1fs\n",
-		st.Published, r.rep.Events, r.rep.Lists, p50/1000, p99/1000)
+	if st.Lists, err = lists.Keys(bg); err != nil {
+		return st, err
+	}
+	fmt.Fprintf(out, "stopped %.1fs after the load: drained %d of %d published events into the fast path (%d list versions published, 1m lag p50 %.1fs p99 %.1fs); archived %d events in %d files; %d hours recounted\n",
+		time.Since(stopAt).Seconds(), r.rep.Events, st.Published, r.rep.Lists, p50/1000, p99/1000, as.Events, as.Files, len(rc.hours))
 	if r.err != nil {
 		return st, r.err
 	}
@@ -310,6 +422,15 @@ loop:
 		return st, loadErr
 	}
 	return st, nil
+}
+
+// pageAddr is a listen address as a browser reaches it (":8080" is
+// "localhost:8080").
+func pageAddr(addr string) string {
+	if strings.HasPrefix(addr, ":") {
+		return "localhost" + addr
+	}
+	return addr
 }
 
 // loadTypes are the synthetic load's types (video when none are set).

@@ -56,13 +56,20 @@ func CPUProfile(path string) (stop func(), err error) {
 // Main is a pipeline command's main after its flags are defined: it parses
 // them, calls beam.Init (the binary is also the worker on portable runners),
 // runs run with a context cancelled on SIGTERM or Ctrl-C, and exits 1 with
-// the error logged under name.
+// the error logged under name. On Dataflow's --dry_run, Beam's log (the
+// pipeline and the translated job, tens of KB) goes to a file and one line
+// says where.
 func Main(name string, run func(context.Context) error) {
 	flag.Parse()
 	beam.Init() // first call after flags: this binary is also the worker
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	if err := run(ctx); err != nil {
+	dryRunDone, err := logDryRun(name)
+	if err == nil {
+		err = run(ctx)
+		dryRunDone()
+	}
+	if err != nil {
 		slog.Error(name, "err", err)
 		stop()
 		os.Exit(1)
