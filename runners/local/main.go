@@ -65,19 +65,24 @@ import (
 	"github.com/topk-dev/topk/serving/api"
 	"github.com/topk-dev/topk/transforms/archive"
 	"github.com/topk-dev/topk/transforms/exact/store"
+	"github.com/topk-dev/topk/transforms/preagg"
 	"github.com/topk-dev/topk/transforms/publish/liststore"
+	"github.com/topk-dev/topk/transforms/rules"
 	"github.com/topk-dev/topk/transforms/source"
 	"github.com/topk-dev/topk/transforms/stitch"
 )
 
 // Config is the local run.
 type Config struct {
-	Addr       string        // API listen address
-	Rate       int           // synthetic events per second
-	Items      uint64        // Zipf universe
-	Zipf       float64       // Zipf exponent
-	Beacon     int           // events per beacon
-	Types      []string      // synthetic item types
+	Addr   string   // API listen address
+	Rate   int      // synthetic events per second
+	Items  uint64   // Zipf universe
+	Zipf   float64  // Zipf exponent
+	Beacon int      // events per beacon
+	Types  []string // synthetic item types
+	// Rules are the countable-event rules the fast path and the recount
+	// apply (transforms/rules; nil: none, not even the event_id dedupe).
+	Rules      *rules.Config
 	Countries  int           // synthetic countries (each with four ISO 3166-2 regions)
 	Duration   time.Duration // 0: until the context ends
 	IdleStop   time.Duration // source ends after this long without messages
@@ -122,6 +127,7 @@ type Config struct {
 func main() {
 	var cfg Config
 	flag.StringVar(&cfg.Addr, "addr", ":8080", "API listen address")
+	cfg.Rules = rules.RegisterFlagsWith(flag.CommandLine, "", preagg.DefaultRules()) // --rules=none, --cap, ...
 	flag.IntVar(&cfg.Rate, "rate", 5000, "synthetic events per second")
 	flag.Uint64Var(&cfg.Items, "items", 1_000_000, "synthetic item universe")
 	flag.Float64Var(&cfg.Zipf, "zipf", 1.1, "Zipf exponent of the synthetic load")
@@ -301,6 +307,10 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Stats, error) {
 	reg.MustRegister(obs)
 
 	pcfg := fastpath.DefaultConfig()
+	if cfg.Rules != nil {
+		rc := *cfg.Rules
+		pcfg.Preagg.Rules = &rc
+	}
 	// LongIdle: a list's open hours are reported each minute until an hour
 	// after the end of its last hour with data, not stitch's 26 h. The
 	// local archive closes an hour 10 minutes after its end and the
@@ -336,7 +346,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Stats, error) {
 	}()
 	say("fast path: Beam job on Prism (in this process) reading subscription fastpath, %d partitions; 1m lists each minute, the first within about a minute", cfg.Partitions)
 
-	rc := &recounter{root: cfg.ArchiveRoot, st: xst, k: pcfg.Lists.K, out: out, every: cfg.RecountEvery}
+	rc := &recounter{root: cfg.ArchiveRoot, st: xst, k: pcfg.Lists.K, out: out, every: cfg.RecountEvery, rules: cfg.Rules}
 	if rc.every <= 0 {
 		rc.every = time.Minute
 	}

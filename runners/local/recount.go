@@ -12,6 +12,7 @@ import (
 	"github.com/topk-dev/topk/schemas"
 	"github.com/topk-dev/topk/transforms/archive"
 	"github.com/topk-dev/topk/transforms/exact/store"
+	"github.com/topk-dev/topk/transforms/rules"
 )
 
 // recounter recounts the archive's closed hours that the store does not
@@ -24,6 +25,7 @@ type recounter struct {
 	every  time.Duration
 	hours  []recount.HourReport // every hour recounted, in order
 	failed int                  // passes that ended in an error
+	rules  *rules.Config        // the fast path's rules, applied before counting
 }
 
 // loop runs a pass at once and then every r.every until ctx ends; a pass
@@ -80,7 +82,7 @@ func (r *recounter) pass(ctx context.Context) error {
 	}
 	// Not RequireClosed: the hours are chosen above (closed, or empty).
 	reps, err := recount.Run(ctx, recount.Config{Archive: r.root, Hours: todo, K: r.k, Shards: 4, Parts: 4,
-		Store: r.st})
+		Store: r.st, Rules: r.rules})
 	for _, rep := range reps {
 		fmt.Fprintf(r.out, "recount: hour %s: %d events counted, %d rows, exact_until %s (%.1fs)\n",
 			rep.Hour, rep.Metrics["exact_events_counted"], rep.Rows, rep.ExactUntil, rep.Seconds)
