@@ -110,6 +110,9 @@ type List struct {
 	// made with (transforms/rules Rules.Version), so that a grade compares
 	// like with like; "" when not recorded.
 	Rules string `json:"rules,omitempty"`
+	// MinCount is the minimum count the list was cut at (a country or
+	// region list leaves out items below it); 0: none (omitted).
+	MinCount uint64 `json:"min_count,omitempty"`
 	// Total is the number of events the window counted over all items, listed
 	// or not (the trend scorer's denominator); 0 when unknown (omitted).
 	Total uint64  `json:"total,omitempty"`

@@ -534,7 +534,14 @@ func faultPubSub(ctx context.Context, t *testing.T, rep *report, bin string, rs 
 	if ps.lostOnDown {
 		ensure() // a restarted emulator is empty: recreate, as ops (and the archiver) do
 	}
-	post(4 * time.Second)
+	// Post until ingest accepts again (a restarted JVM emulator and the
+	// client's reconnect take longer on a loaded machine), 45 s at most.
+	for end := time.Now().Add(45 * time.Second); ; {
+		post(4 * time.Second)
+		if len(accepted) > before || time.Now().After(end) {
+			break
+		}
+	}
 	waitReceived(20 * time.Second)
 	rep.add(fault, "ingest: no 202 while Pub/Sub was away", during == 0, "%d of the posts while it was away got 202", during)
 	rep.add(fault, "ingest: every 202 beacon reached the subscriber", missing() == 0,

@@ -51,6 +51,17 @@ func gradeHour(ctx context.Context, cfg Config, st *store.Store, hour time.Time,
 		if err != nil {
 			return out, fmt.Errorf("grade %s: %w", path, err)
 		}
+		if l.MinCount > 0 {
+			// The list leaves out items below its minimum count: grade it
+			// against the items that could be listed.
+			cut := make(map[string]int64, len(m))
+			for item, c := range m {
+				if uint64(c) >= l.MinCount {
+					cut[item] = c
+				}
+			}
+			m = cut
+		}
 		g, err := grade.Of(l, m, hour)
 		if err != nil {
 			return out, err
