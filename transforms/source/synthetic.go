@@ -72,6 +72,11 @@ var words = [64]string{
 	"city", "street", "food", "tea", "phone", "laptop", "ai", "robots",
 }
 
+// ItemName is the name the synthetic source gives the item of rank r (1:
+// the most frequent) of type typ (appendItem): what a catalogue of the
+// synthetic items must be keyed by.
+func ItemName(typ string, r uint64) string { return string(appendItem(nil, typ, r)) }
+
 // appendItem appends the name of the item of rank r for type typ: videos
 // are v_<rank>, hashtags #<word><n>, searches word+word queries, so lists of
 // different types do not look alike. Each name maps to one rank.
