@@ -474,36 +474,8 @@ func (f *dedupeCountFn) ProcessElement(ctx context.Context, shard int, iter func
 		}
 	}
 	table = nil
-	out := make([]batchWriter, f.Parts)
 	counted := int64(0)
-	comb.each(func(k string, n int64) {
-		if n == 0 {
-			return
-		}
-		counted += n
-		typ, item, country, region := splitComboKey(k)
-		p := summary.Partition(summary.Hash(item), f.Parts)
-		w := &out[p]
-		w.begin()
-		w.dictStr(typ)
-		w.raw(item)
-		w.dictStr(country)
-		w.dictStr(region)
-		w.uvarint(uint64(n))
-		w.end()
-		if w.len() >= batchBytes {
-			b := w.take()
-			mCountBytes.Inc(ctx, int64(len(b)))
-			emit(p, b)
-		}
-	})
-	for p := range out {
-		if out[p].len() > 0 {
-			b := out[p].take()
-			mCountBytes.Inc(ctx, int64(len(b)))
-			emit(p, b)
-		}
-	}
+	emitCounts(ctx, comb, f.Parts, func(n int64) { counted += n }, emit)
 	if f.Stateful {
 		mCounted.Inc(ctx, counted) // the rest is counted by judgeFn
 	} else {
@@ -592,31 +564,7 @@ func (f *judgeFn) ProcessElement(ctx context.Context, _ int, iter func(*[]byte) 
 	mCapped.Inc(ctx, capped)
 	mCounted.Inc(ctx, int64(len(recs))-repeats-capped)
 	recs = nil
-	out := make([]batchWriter, f.Parts)
-	comb.each(func(k string, n int64) {
-		typ, item, country, region := splitComboKey(k)
-		p := summary.Partition(summary.Hash(item), f.Parts)
-		w := &out[p]
-		w.begin()
-		w.dictStr(typ)
-		w.raw(item)
-		w.dictStr(country)
-		w.dictStr(region)
-		w.uvarint(uint64(n))
-		w.end()
-		if w.len() >= batchBytes {
-			b := w.take()
-			mCountBytes.Inc(ctx, int64(len(b)))
-			emit(p, b)
-		}
-	})
-	for p := range out {
-		if out[p].len() > 0 {
-			b := out[p].take()
-			mCountBytes.Inc(ctx, int64(len(b)))
-			emit(p, b)
-		}
-	}
+	emitCounts(ctx, comb, f.Parts, nil, emit)
 	return nil
 }
 
@@ -709,6 +657,44 @@ func (c *combiner) add(k []byte, n int64) {
 	c.idx[s] = int32(len(c.keys))
 	c.keys = append(c.keys, s)
 	c.sums = append(c.sums, n)
+}
+
+// emitCounts writes the combiner's non-zero (type, item, country, region)
+// counts as count batches, one writer per item partition, emitting each
+// batch when it is full and the rest at the end; seen, if not nil, gets
+// every count written.
+func emitCounts(ctx context.Context, comb *combiner, parts int, seen func(int64), emit func(int, []byte)) {
+	out := make([]batchWriter, parts)
+	comb.each(func(k string, n int64) {
+		if n == 0 {
+			return
+		}
+		if seen != nil {
+			seen(n)
+		}
+		typ, item, country, region := splitComboKey(k)
+		p := summary.Partition(summary.Hash(item), parts)
+		w := &out[p]
+		w.begin()
+		w.dictStr(typ)
+		w.raw(item)
+		w.dictStr(country)
+		w.dictStr(region)
+		w.uvarint(uint64(n))
+		w.end()
+		if w.len() >= batchBytes {
+			b := w.take()
+			mCountBytes.Inc(ctx, int64(len(b)))
+			emit(p, b)
+		}
+	})
+	for p := range out {
+		if out[p].len() > 0 {
+			b := out[p].take()
+			mCountBytes.Inc(ctx, int64(len(b)))
+			emit(p, b)
+		}
+	}
 }
 
 func (c *combiner) each(fn func(k string, n int64)) {
