@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -81,8 +82,14 @@ func (r *report) print() {
 	r.t.Log(b.String())
 	// go test shows a passing test's log only with -v: .ci/run names a
 	// file here and prints it after the tests.
+	// Each test of the suite appends its own table.
 	if f := os.Getenv("TOPK_FAULTS_TABLE"); f != "" {
-		if err := os.WriteFile(f, []byte(b.String()), 0o644); err != nil {
+		out, err := os.OpenFile(f, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+		if err == nil {
+			_, err = out.WriteString(b.String())
+			err = errors.Join(err, out.Close())
+		}
+		if err != nil {
 			r.t.Errorf("writing the table to %s: %v", f, err)
 		}
 	}

@@ -185,6 +185,17 @@ func buildFrom(s beam.Scope, beacons, srcDead beam.PCollection, cfg Config) erro
 	return nil
 }
 
+// RecoveryHorizon is how much of the past a restarted job must replay to
+// rebuild every window it publishes: the longest window, plus the allowed
+// lateness and one bucket (events that late still count).
+func (c Config) RecoveryHorizon() time.Duration {
+	var longest time.Duration
+	for _, w := range c.Windows {
+		longest = max(longest, w.Length())
+	}
+	return longest + c.Preagg.AllowedLateness + c.Preagg.Bucket
+}
+
 // slideConfig is the sliding windows' configuration: the published windows
 // (and the minutes the long windows read).
 func (c Config) slideConfig() slide.BeamConfig {

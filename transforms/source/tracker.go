@@ -36,6 +36,14 @@ type streamRestriction struct {
 	// residual only after the bundle that returned it committed, so the
 	// resumed call acks them first (see the package doc).
 	Acks []string
+	// Replayed: the reader has replayed the recovery log (only shard 0
+	// replays; see pubsublog.go). ReplayAt is the start (publish time,
+	// Unix ms) of the log chunk being replayed and ReplaySkip how many of
+	// its records were already emitted, so that a checkpoint in the middle
+	// of a chunk neither repeats nor skips one.
+	Replayed   bool
+	ReplayAt   int64
+	ReplaySkip int64
 }
 
 // streamTracker claims the positions of a streamRestriction in order. It
@@ -87,6 +95,21 @@ func (t *streamTracker) claimMessage(ackID string) bool {
 	}
 	t.acks = append(t.acks, ackID)
 	return true
+}
+
+// claimNext claims the next position without recording an ack id (the
+// logged reader acknowledges at once; a replayed record has none).
+func (t *streamTracker) claimNext() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.claimLocked(t.claimed)
+}
+
+// setReplay records the replay's position (see streamRestriction).
+func (t *streamTracker) setReplay(at, skip int64, done bool) {
+	t.mu.Lock()
+	t.rest.ReplayAt, t.rest.ReplaySkip, t.rest.Replayed = at, skip, done
+	t.mu.Unlock()
 }
 
 // takeAcks returns the ack ids the restriction arrived with and forgets

@@ -1,0 +1,273 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2"
+	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/topk-dev/topk/internal/pubsubx"
+	"github.com/topk-dev/topk/internal/redistest"
+	"github.com/topk-dev/topk/schemas"
+	"github.com/topk-dev/topk/transforms/publish/liststore"
+	"github.com/topk-dev/topk/transforms/source"
+)
+
+// TestFastPathKilled: the streaming job is killed with SIGKILL once it has
+// published its first 1h list (every message it had pulled by then was
+// acknowledged, and its windows die with the process), more events are
+// published while it is down, and the same command is started again. The
+// restarted job replays its recovery log: its first 1h list after the
+// restart must count every published event exactly once (the test's own
+// recount of what it published; 40 items, so the summaries are exact and
+// any loss or double count shows). Services: Pub/Sub at
+// PUBSUB_EMULATOR_HOST (the official emulator in CI) or an in-process pstest
+// (it lives in this process, so it outlives the killed job), Bigtable as in
+// the rest of the suite, a private redis-server.
+func TestFastPathKilled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the kill -9 fault takes about 3 minutes")
+	}
+	rep := &report{t: t}
+	defer rep.print()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	psAddr, psWhere := os.Getenv(pubsubx.EnvEmulator), "the Pub/Sub emulator at "+os.Getenv(pubsubx.EnvEmulator)
+	if psAddr == "" {
+		emb := pubsubx.StartEmbedded()
+		t.Cleanup(func() { emb.Close() })
+		psAddr, psWhere = emb.Addr, "an in-process pstest ("+pubsubx.EnvEmulator+" unset)"
+	}
+	btEnv, btWhere := bigtableEnv(t)
+	rs := redistest.New(t)
+	t.Logf("services: %s, %s, a private redis-server on %s", psWhere, btWhere, rs.Addr())
+
+	const project = "topk-faults"
+	name := fmt.Sprintf("killed-%d", time.Now().UnixNano())
+	pc, err := pubsubx.NewClient(ctx, project, psAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	if err := pubsubx.EnsureTopic(ctx, pc, name); err != nil {
+		t.Fatal(err)
+	}
+	if err := pubsubx.EnsureSubscription(ctx, pc, name, name, 10); err != nil {
+		t.Fatal(err)
+	}
+	topic := pubsubx.TopicName(project, name)
+
+	bin := streamingBinary(t)
+	instance := fmt.Sprintf("killed%d", time.Now().UnixNano())
+	args := []string{
+		"--source=pubsub:" + pubsubx.SubscriptionName(project, name),
+		"--pubsub_endpoint=" + psAddr,
+		"--redis=" + rs.Addr(), "--types=video", "--scopes=false", "--rules=none",
+		"--bigtable_project=topk-test", "--bigtable_instance=" + instance,
+	}
+	env := append([]string{"REDIS_ADDR="}, btEnv...)
+
+	// 40 items, item i with 10*(40-i) events, half before the kill and half
+	// while the job is down.
+	rng := rand.New(rand.NewPCG(7, 9))
+	exact := map[string]uint64{}
+	var first, second []schemas.Event
+	for i := range 40 {
+		item := fmt.Sprintf("v_%d", i)
+		n := 10 * (40 - i)
+		exact[item] = uint64(n)
+		for j := range n {
+			e := schemas.Event{EventID: fmt.Sprintf("%s-%d", item, j), Type: "video", Item: item, User: fmt.Sprintf("u_%d_%d", i, j)}
+			if j%2 == 0 {
+				first = append(first, e)
+			} else {
+				second = append(second, e)
+			}
+		}
+	}
+	rng.Shuffle(len(first), func(i, j int) { first[i], first[j] = first[j], first[i] })
+	rng.Shuffle(len(second), func(i, j int) { second[i], second[j] = second[j], second[i] })
+
+	rc := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer rc.Close()
+	st := liststore.New(rc, liststore.Options{})
+	k := schemas.ListKey{Type: "video", Scope: "global", Window: schemas.Window1h} // the first start waits for it
+
+	publishEvents(ctx, t, pc, topic, first, 5*time.Second)
+	job := startStreaming(t, bin, env, args)
+	var before *schemas.List
+	for end := time.Now().Add(150 * time.Second); before == nil; {
+		if l, err := st.CurrentList(ctx, k); err == nil && l != nil {
+			before = l
+		} else if time.Now().After(end) {
+			job.kill()
+			t.Fatalf("no 1h list within 150 s of the first start; log:\n%s", job.tail())
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	job.kill()
+	t.Logf("killed (SIGKILL) after its first 1h list, as of %s, %d items", before.AsOf.Format(time.RFC3339), len(before.Items))
+
+	publishEvents(ctx, t, pc, topic, second, 5*time.Second)
+	restart := time.Now()
+	job = startStreaming(t, bin, env, args)
+	defer job.kill()
+	const fault = "fast path kill -9, then restarted"
+	// Both lists cover every event: the whole test is well inside 5 minutes
+	// of event time. A list counts once its as_of is after the restart.
+	type outcome struct {
+		list                 *schemas.List
+		under, over, missing int
+		exactAt              time.Duration // since the restart; 0: never exact
+	}
+	res := map[schemas.Window]*outcome{schemas.Window5m: {}, schemas.Window1h: {}}
+	for end := time.Now().Add(180 * time.Second); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
+		pending := false
+		for w, o := range res {
+			if o.exactAt > 0 {
+				continue
+			}
+			pending = true
+			l, err := st.CurrentList(ctx, schemas.ListKey{Type: "video", Scope: "global", Window: w})
+			if err == nil && l != nil && !l.AsOf.Before(restart) {
+				o.list = l
+				o.under, o.over, o.missing = compareCounts(l, exact)
+				if o.under == 0 && o.over == 0 && o.missing == 0 {
+					o.exactAt = time.Since(restart)
+				}
+			}
+		}
+		if !pending {
+			break
+		}
+	}
+	for _, w := range []schemas.Window{schemas.Window5m, schemas.Window1h} {
+		o := res[w]
+		check := fmt.Sprintf("%s list counts every event exactly once", w)
+		if o.list == nil {
+			rep.add(fault, check, false, "no %s list as of after the restart within 180 s; log:\n%s", w, job.tail())
+			continue
+		}
+		rep.add(fault, check, o.exactAt > 0,
+			"%d items (%d events): latest list as of %s: %d under-counted, %d over-counted, %d missing; exact %.0f s after the restart",
+			len(exact), len(first)+len(second), o.list.AsOf.Format("15:04:05"), o.under, o.over, o.missing, o.exactAt.Seconds())
+	}
+	logText, _ := os.ReadFile(job.log)
+	replayed := strings.Contains(string(logText), "replay done")
+	rep.add(fault, "the restarted job replayed its recovery log", replayed,
+		"%s", map[bool]string{true: "its log says the replay is done", false: "no replay in its log"}[replayed])
+}
+
+// compareCounts counts the list's entries below, above and missing from
+// exact (an item in the list but not in exact is over-counted).
+func compareCounts(l *schemas.List, exact map[string]uint64) (under, over, missing int) {
+	seen := map[string]bool{}
+	for _, e := range l.Items {
+		seen[e.Item] = true
+		switch want := exact[e.Item]; {
+		case e.Count < want:
+			under++
+		case e.Count > want:
+			over++
+		}
+	}
+	for item := range exact {
+		if !seen[item] {
+			missing++
+		}
+	}
+	return under, over, missing
+}
+
+// publishEvents publishes events now, in beacons of 20, spread over d.
+func publishEvents(ctx context.Context, t *testing.T, c *pubsub.Client, topic string, events []schemas.Event, d time.Duration) {
+	t.Helper()
+	const per = 20
+	n := (len(events) + per - 1) / per
+	for b := 0; len(events) > 0; b++ {
+		m := min(per, len(events))
+		now := time.Now().UTC()
+		beacon := schemas.Beacon{BeaconID: fmt.Sprintf("%s-%d", events[0].EventID, b), Events: events[:m]}
+		for i := range beacon.Events {
+			beacon.Events[i].TS = now
+		}
+		data, err := schemas.MarshalBeacon(&beacon)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg := &pb.PubsubMessage{Data: data, Attributes: map[string]string{source.TSAttribute: strconv.FormatInt(now.UnixMilli(), 10)}}
+		if _, err := c.TopicAdminClient.Publish(ctx, &pb.PublishRequest{Topic: topic, Messages: []*pb.PubsubMessage{msg}}); err != nil {
+			t.Fatal(err)
+		}
+		events = events[m:]
+		time.Sleep(d / time.Duration(n))
+	}
+}
+
+// streamingBinary builds ./pipelines/streaming once.
+func streamingBinary(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "streaming")
+	cmd := exec.Command("go", "build", "-o", bin, "./pipelines/streaming")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./pipelines/streaming: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// job is one run of the streaming binary.
+type job struct {
+	cmd *exec.Cmd
+	log string
+}
+
+func startStreaming(t *testing.T, bin string, env, args []string) *job {
+	t.Helper()
+	logf := filepath.Join(t.TempDir(), "streaming.log")
+	f, err := os.Create(logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	j := &job{cmd: cmd, log: logf}
+	t.Cleanup(func() { j.kill(); f.Close() })
+	return j
+}
+
+// kill sends SIGKILL (only to the process this test started) and reaps it.
+func (j *job) kill() {
+	if j.cmd.ProcessState == nil {
+		j.cmd.Process.Kill()
+		j.cmd.Wait()
+	}
+}
+
+// tail is the last 4 KB of the job's log.
+func (j *job) tail() string {
+	b, _ := os.ReadFile(j.log)
+	if len(b) > 4096 {
+		b = b[len(b)-4096:]
+	}
+	return string(b)
+}

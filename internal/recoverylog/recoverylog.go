@@ -1,0 +1,311 @@
+// Package recoverylog is the fast path's durable message log: the Pub/Sub
+// reader (transforms/source) writes every message it pulls here before it
+// acknowledges it, and a restarted job replays the last hour of it to rebuild
+// the window state the crashed process held only in memory. It has no Beam
+// import.
+//
+// # Why a log, and not checkpoints of the window state
+//
+// On Prism the windows live in the process (Beam state held by the runner in
+// memory) and Pub/Sub forgets a message once it is acknowledged, so a kill -9
+// loses every acknowledged event that a 1m, 5m or 1h window still covered.
+// Checkpointing the summaries instead would need a consistent cut between
+// the summaries and the acknowledgements across stages and workers: the
+// runner's job (Dataflow's durable state does exactly that), not something a
+// DoFn can build on a runner whose state dies with the process. A log of the
+// source's input is consistent by construction: a message is acknowledged
+// only once it is in the log, so after a crash every accepted message is
+// either in the log or still in the subscription. Replaying the log's last
+// horizon (the longest window, plus the allowed lateness and a bucket)
+// through the unchanged pipeline rebuilds every window exactly, with the
+// counting core's usual bounds. Pub/Sub's own seek to a timestamp over
+// retained acknowledged messages would do the same, but the emulators cannot
+// seek (pstest crashes, the official emulator does not retain), and a log the
+// job owns also works on Flink and any portable runner.
+//
+// Cost: one point read and one bulk write per pulled batch (up to 1,000
+// messages), against Bigtable beside the exact tables. Recovery time is the
+// time to replay the horizon: at the design's peak that is an hour of
+// traffic, so a restart catches up at the job's replay speed (BENCHMARKS.md).
+//
+// # Exactly once across a crash
+//
+// Each row records the run (one id per job submission) that wrote it. A
+// message pulled again after a crash (written, but the process died before
+// its acknowledgement reached Pub/Sub) finds its row, written by an earlier
+// run at a publish time the replay covers, so the live reader skips it: the
+// replay emits it. A message redelivered within one run (a lost
+// acknowledgement) finds a row of its own run and is skipped too. The replay
+// skips rows of the current run, which the live readers emitted. So every
+// message in the horizon is counted once, however the crash and the
+// redeliveries interleave. One job per subscription: two jobs running at
+// once on one log would skip each other's rows.
+//
+// # Table
+//
+// Table "fastlog" (Config.Table) in the exact tables' instance, one family
+// "m" whose cells are written at the message's publish time with a max-age
+// garbage-collection policy of twice the horizon (Ensure): retention is
+// Bigtable's, nothing here deletes. Row key:
+//
+//	{salt}#{publish Unix ms, 13 digits}#{message id}    m:d = payload, m:t = element time (Unix ms), m:r = run
+//
+// salt is one hex digit from a hash of the message id, so that writes at one
+// instant spread over 16 key ranges instead of one hot tablet; a replay reads
+// a chunk of publish time from all 16 ranges and orders it by publish time.
+package recoverylog
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"cloud.google.com/go/bigtable"
+
+	"github.com/topk-dev/topk/transforms/exact/store"
+)
+
+// DefaultTable is the log's table name.
+const DefaultTable = "fastlog"
+
+const (
+	family = "m"
+	colD   = "d"
+	colT   = "t"
+	colR   = "r"
+	salts  = 16
+	// bulkRows bounds the row mutations of one ApplyBulk call.
+	bulkRows = 5000
+)
+
+// Config names the log's Bigtable table.
+type Config struct {
+	Project, Instance string
+	// EmulatorAddr connects to an emulator without credentials; "" means
+	// BIGTABLE_EMULATOR_HOST or Google Cloud with default credentials.
+	EmulatorAddr string
+	// Table is the table name ("" : DefaultTable).
+	Table string
+	// Retention is the garbage-collection age of the log's cells (Ensure).
+	Retention time.Duration
+}
+
+// Enabled reports whether c names a log.
+func (c Config) Enabled() bool { return c.Project != "" && c.Instance != "" }
+
+func (c Config) table() string {
+	if c.Table == "" {
+		return DefaultTable
+	}
+	return c.Table
+}
+
+// Record is one logged message.
+type Record struct {
+	// ID is the Pub/Sub message id (unique per topic, kept on redelivery).
+	ID string
+	// Publish is the message's publish time in Unix ms.
+	Publish int64
+	// TS is the element timestamp the reader gave it, Unix ms.
+	TS int64
+	// Data is the payload (a binary beacon).
+	Data []byte
+	// Run is the id of the job run that wrote it (set by Append; filled by
+	// Scan and Seen).
+	Run string
+}
+
+// Key is a message's row key.
+func Key(id string, publishMs int64) string {
+	h := fnv.New32a()
+	h.Write([]byte(id))
+	return fmt.Sprintf("%x#%013d#%s", h.Sum32()%salts, publishMs, id)
+}
+
+// Log reads and writes the table.
+type Log struct {
+	cfg    Config
+	admin  *bigtable.AdminClient
+	client *bigtable.Client
+	tbl    *bigtable.Table
+}
+
+// Open connects (lazily: no call is made until the first operation).
+func Open(ctx context.Context, cfg Config) (*Log, error) {
+	if !cfg.Enabled() {
+		return nil, errors.New("recovery log: project and instance are required")
+	}
+	var opts = store.EmulatorOptions(cfg.EmulatorAddr)
+	if cfg.EmulatorAddr == "" {
+		opts = nil
+	}
+	admin, err := bigtable.NewAdminClient(ctx, cfg.Project, cfg.Instance, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("recovery log admin client: %w", err)
+	}
+	var bc bigtable.ClientConfig
+	if cfg.EmulatorAddr != "" || os.Getenv("BIGTABLE_EMULATOR_HOST") != "" {
+		bc.MetricsProvider = bigtable.NoopMetricsProvider{}
+	}
+	client, err := bigtable.NewClientWithConfig(ctx, cfg.Project, cfg.Instance, bc, opts...)
+	if err != nil {
+		admin.Close()
+		return nil, fmt.Errorf("recovery log client: %w", err)
+	}
+	return &Log{cfg: cfg, admin: admin, client: client, tbl: client.Open(cfg.table())}, nil
+}
+
+// Close closes the clients.
+func (l *Log) Close() error { return errors.Join(l.client.Close(), l.admin.Close()) }
+
+// Ensure creates the table and its family (with the retention policy) if
+// missing; safe to call on every start.
+func (l *Log) Ensure(ctx context.Context) error {
+	name := l.cfg.table()
+	tables, err := l.admin.Tables(ctx)
+	if err != nil {
+		return fmt.Errorf("recovery log: list tables: %w", err)
+	}
+	if !slices.Contains(tables, name) {
+		if err := l.admin.CreateTable(ctx, name); err != nil && !strings.Contains(err.Error(), "AlreadyExists") {
+			return fmt.Errorf("recovery log: create table %s: %w", name, err)
+		}
+	}
+	info, err := l.admin.TableInfo(ctx, name)
+	if err != nil {
+		return fmt.Errorf("recovery log: table info %s: %w", name, err)
+	}
+	if !slices.Contains(info.Families, family) {
+		if err := l.admin.CreateColumnFamily(ctx, name, family); err != nil && !strings.Contains(err.Error(), "AlreadyExists") {
+			return fmt.Errorf("recovery log: create family: %w", err)
+		}
+	}
+	if l.cfg.Retention > 0 {
+		if err := l.admin.SetGCPolicy(ctx, name, family, bigtable.MaxAgePolicy(l.cfg.Retention)); err != nil {
+			return fmt.Errorf("recovery log: gc policy: %w", err)
+		}
+	}
+	return nil
+}
+
+// Seen returns the run that logged each of recs already (by ID and
+// Publish), for those that are in the log.
+func (l *Log) Seen(ctx context.Context, recs []Record) (map[string]string, error) {
+	out := map[string]string{}
+	if len(recs) == 0 {
+		return out, nil
+	}
+	keys := make(bigtable.RowList, len(recs))
+	for i, r := range recs {
+		keys[i] = Key(r.ID, r.Publish)
+	}
+	err := l.tbl.ReadRows(ctx, keys, func(row bigtable.Row) bool {
+		for _, it := range row[family] {
+			if it.Column == family+":"+colR {
+				_, id := splitKey(row.Key())
+				out[id] = string(it.Value)
+			}
+		}
+		return true
+	}, bigtable.RowFilter(bigtable.ColumnFilter(colR)))
+	if err != nil {
+		return nil, fmt.Errorf("recovery log: read %d keys: %w", len(keys), err)
+	}
+	return out, nil
+}
+
+// Append writes recs as logged by run. It returns only once every row is
+// written (a partial failure is an error: the caller must not acknowledge).
+func (l *Log) Append(ctx context.Context, run string, recs []Record) error {
+	for len(recs) > 0 {
+		n := min(len(recs), bulkRows)
+		keys := make([]string, n)
+		muts := make([]*bigtable.Mutation, n)
+		for i, r := range recs[:n] {
+			ts := bigtable.Time(time.UnixMilli(r.Publish))
+			m := bigtable.NewMutation()
+			m.Set(family, colD, ts, r.Data)
+			m.Set(family, colT, ts, []byte(strconv.FormatInt(r.TS, 10)))
+			m.Set(family, colR, ts, []byte(run))
+			keys[i], muts[i] = Key(r.ID, r.Publish), m
+		}
+		errs, err := l.tbl.ApplyBulk(ctx, keys, muts)
+		if err != nil {
+			return fmt.Errorf("recovery log: write %d rows: %w", n, err)
+		}
+		for _, e := range errs {
+			if e != nil {
+				return fmt.Errorf("recovery log: write %d rows: %w", n, e)
+			}
+		}
+		recs = recs[n:]
+	}
+	return nil
+}
+
+// Scan returns the records published in [from, to) (Unix ms) that were not
+// logged by skipRun, ordered by publish time (then id).
+func (l *Log) Scan(ctx context.Context, from, to int64, skipRun string) ([]Record, error) {
+	if from >= to {
+		return nil, nil
+	}
+	ranges := make(bigtable.RowRangeList, salts)
+	for s := range salts {
+		ranges[s] = bigtable.NewRange(fmt.Sprintf("%x#%013d#", s, from), fmt.Sprintf("%x#%013d#", s, to))
+	}
+	var out []Record
+	var perr error
+	err := l.tbl.ReadRows(ctx, ranges, func(row bigtable.Row) bool {
+		pub, id := splitKey(row.Key())
+		r := Record{ID: id, Publish: pub}
+		for _, it := range row[family] {
+			switch strings.TrimPrefix(it.Column, family+":") {
+			case colD:
+				r.Data = it.Value
+			case colT:
+				t, err := strconv.ParseInt(string(it.Value), 10, 64)
+				if err != nil {
+					perr = fmt.Errorf("recovery log: row %q: bad time %q", row.Key(), it.Value)
+					return false
+				}
+				r.TS = t
+			case colR:
+				r.Run = string(it.Value)
+			}
+		}
+		if r.Run != skipRun {
+			out = append(out, r)
+		}
+		return true
+	}, bigtable.RowFilter(bigtable.LatestNFilter(1)))
+	if err == nil {
+		err = perr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("recovery log: scan [%d, %d): %w", from, to, err)
+	}
+	slices.SortFunc(out, func(a, b Record) int {
+		if c := cmp.Compare(a.Publish, b.Publish); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	return out, nil
+}
+
+// splitKey returns the publish time and message id of a row key.
+func splitKey(k string) (int64, string) {
+	parts := strings.SplitN(k, "#", 3)
+	if len(parts) != 3 {
+		return 0, k
+	}
+	p, _ := strconv.ParseInt(parts[1], 10, 64)
+	return p, parts[2]
+}
