@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -36,7 +37,7 @@ import (
 // the rest of the suite, a private redis-server.
 func TestFastPathKilled(t *testing.T) {
 	if testing.Short() {
-		t.Skip("-short: the kill -9 fault takes about 3 minutes")
+		t.Skip("-short: the kill -9 and Bigtable faults take about 4 minutes")
 	}
 	rep := &report{t: t}
 	defer rep.print()
@@ -50,6 +51,13 @@ func TestFastPathKilled(t *testing.T) {
 		psAddr, psWhere = emb.Addr, "an in-process pstest ("+pubsubx.EnvEmulator+" unset)"
 	}
 	btEnv, btWhere := bigtableEnv(t)
+	// The job reaches Bigtable through a proxy the test cuts (a Bigtable
+	// outage in phase 3).
+	btProxy, err := NewProxy(strings.TrimPrefix(btEnv[0], "BIGTABLE_EMULATOR_HOST="))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(btProxy.Close)
 	rs := redistest.New(t)
 	t.Logf("services: %s, %s, a private redis-server on %s", psWhere, btWhere, rs.Addr())
 
@@ -76,7 +84,7 @@ func TestFastPathKilled(t *testing.T) {
 		"--redis=" + rs.Addr(), "--types=video", "--scopes=false", "--rules=none",
 		"--bigtable_project=topk-test", "--bigtable_instance=" + instance,
 	}
-	env := append([]string{"REDIS_ADDR="}, btEnv...)
+	env := []string{"REDIS_ADDR=", "BIGTABLE_EMULATOR_HOST=" + btProxy.Addr()}
 
 	// 40 items, item i with 10*(40-i) events, half before the kill and half
 	// while the job is down.
@@ -167,6 +175,46 @@ func TestFastPathKilled(t *testing.T) {
 	replayed := strings.Contains(string(logText), "replay done")
 	rep.add(fault, "the restarted job replayed its recovery log", replayed,
 		"%s", map[bool]string{true: "its log says the replay is done", false: "no replay in its log"}[replayed])
+
+	// Phase 3: the log's Bigtable goes away for 15 s while events arrive.
+	const outage = "recovery log's Bigtable cut 15 s"
+	var third []schemas.Event
+	for i := range 10 {
+		item := fmt.Sprintf("v_%d", i)
+		for j := range 30 {
+			third = append(third, schemas.Event{EventID: fmt.Sprintf("%s-late-%d", item, j), Type: "video", Item: item, User: fmt.Sprintf("w_%d_%d", i, j)})
+		}
+		exact[item] += 30
+	}
+	btProxy.Cut()
+	cut := time.Now()
+	publishEvents(ctx, t, pc, topic, third, 5*time.Second)
+	time.Sleep(15*time.Second - time.Since(cut))
+	alive := job.cmd.ProcessState == nil && job.cmd.Process.Signal(syscall.Signal(0)) == nil
+	rep.add(outage, "the job keeps running", alive, "%s", map[bool]string{true: "still running after 15 s without Bigtable", false: "the job exited:\n" + job.tail()}[alive])
+	if err := btProxy.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	back := time.Now()
+	var last *schemas.List
+	var under, over, missing int
+	var exactAt time.Duration
+	for end := back.Add(120 * time.Second); time.Now().Before(end) && exactAt == 0; time.Sleep(500 * time.Millisecond) {
+		l, err := st.CurrentList(ctx, k)
+		if err == nil && l != nil && l.AsOf.After(back) {
+			last = l
+			if under, over, missing = compareCounts(l, exact); under == 0 && over == 0 && missing == 0 {
+				exactAt = time.Since(back)
+			}
+		}
+	}
+	if last == nil {
+		rep.add(outage, "1h list exact once Bigtable is back", false, "no 1h list within 120 s of its return; log:\n%s", job.tail())
+		return
+	}
+	rep.add(outage, "1h list exact once Bigtable is back", exactAt > 0,
+		"%d more events during the outage: list as of %s: %d under-counted, %d over-counted, %d missing; exact %.0f s after its return",
+		len(third), last.AsOf.Format("15:04:05"), under, over, missing, exactAt.Seconds())
 }
 
 // compareCounts counts the list's entries below, above and missing from
