@@ -42,6 +42,7 @@ func TestFastPathKilled(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: the kill -9 and Bigtable faults take about 4 minutes")
 	}
+	t.Parallel() // mostly waiting: runs beside the other parallel fault
 	rep := &report{t: t}
 	defer rep.print()
 	ctx, cancel := context.WithCancel(context.Background())

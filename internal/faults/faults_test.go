@@ -52,6 +52,12 @@ import (
 //   - The Pub/Sub emulator restarted while clients post beacons: every
 //     beacon answered 202 reaches a subscriber; every other answer is a 503
 //     with Retry-After, never a connection closed without an answer.
+//   - The fast path killed with SIGKILL at three moments while events
+//     arrive, and its recovery log's Bigtable cut for 15 s
+//     (TestFastPathKilled, fastpath_test.go): the lists count every event
+//     exactly once after the last start and after Bigtable returns.
+//   - The archiver killed with SIGKILL twice mid-hour (TestArchiverKilled,
+//     archive_test.go): the archive holds every published event_id.
 
 type row struct{ fault, check, found string }
 
