@@ -76,7 +76,9 @@ func TestArchiverKilled(t *testing.T) {
 	}
 	first := time.Now().UTC()
 	published := make(chan error, 1)
-	go func() { published <- publishEvents(ctx, pc, pubsubx.TopicName(project, name), events, 20*time.Second) }()
+	go func() {
+		published <- publishEvents(ctx, pc, pubsubx.TopicName(project, name), events, 20*time.Second, 0)
+	}()
 	var lastKill time.Time
 	for _, at := range []time.Duration{5 * time.Second, 6 * time.Second} {
 		time.Sleep(at)

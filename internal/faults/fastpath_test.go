@@ -28,7 +28,8 @@ import (
 // TestFastPathKilled: while events are published for 40 s, the streaming
 // job is killed with SIGKILL at three moments (5 s into the stream, once it
 // has published a 5m list, 2 s after a start) and the same command is
-// started again each time; every message pulled before a kill was
+// started again each time (every 10th beacon is published twice, as a
+// retry after an ambiguous publish does); every message pulled before a kill was
 // acknowledged, and the windows die with the process. The last run replays
 // the recovery log: its 5m and 1h lists must count every published event
 // exactly once (the test's own recount of what it published; 40 items, so
@@ -113,7 +114,7 @@ func TestFastPathKilled(t *testing.T) {
 	k5 := schemas.ListKey{Type: "video", Scope: "global", Window: schemas.Window5m}
 
 	published := make(chan error, 1)
-	go func() { published <- publishEvents(ctx, pc, topic, events, 40*time.Second) }()
+	go func() { published <- publishEvents(ctx, pc, topic, events, 40*time.Second, 10) }()
 	// Moment 1: 5 s into the stream, before any list.
 	job := startStreaming(t, bin, env, args)
 	time.Sleep(5 * time.Second)
@@ -142,7 +143,7 @@ func TestFastPathKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := time.Now() // the last event published
-	t.Logf("killed (SIGKILL) three times: 5 s into the stream, after a 5m list, 2 s after a start; %d events published", total)
+	t.Logf("killed (SIGKILL) three times: 5 s into the stream, after a 5m list, 2 s after a start; %d events published, every 10th beacon twice", total)
 	const fault = "fast path kill -9 at 3 moments"
 	// Both lists cover every event: the whole test is well inside 5 minutes
 	// of event time. A list counts once its as_of is after the restart.
@@ -180,7 +181,7 @@ func TestFastPathKilled(t *testing.T) {
 			continue
 		}
 		rep.add(fault, check, o.exactAt > 0,
-			"%d items (%d events): latest list as of %s: %d under-counted, %d over-counted, %d missing; exact %.0f s after the last event",
+			"%d items (%d events, every 10th beacon published twice): list as of %s: %d under-counted, %d over-counted, %d missing; exact %.0f s after the last event",
 			len(exact), total, o.list.AsOf.Format("15:04:05"), o.under, o.over, o.missing, o.exactAt.Seconds())
 	}
 	logText, _ := os.ReadFile(job.log)
@@ -200,7 +201,7 @@ func TestFastPathKilled(t *testing.T) {
 	}
 	btProxy.Cut()
 	cut := time.Now()
-	if err := publishEvents(ctx, pc, topic, third, 5*time.Second); err != nil {
+	if err := publishEvents(ctx, pc, topic, third, 5*time.Second, 10); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(15*time.Second - time.Since(cut))
@@ -253,8 +254,9 @@ func compareCounts(l *schemas.List, exact map[string]uint64) (under, over, missi
 }
 
 // publishEvents publishes events stamped now, in beacons of 20, spread over
-// d.
-func publishEvents(ctx context.Context, c *pubsub.Client, topic string, events []schemas.Event, d time.Duration) error {
+// d; every dupEvery-th beacon (0: none) twice, as two messages with the same
+// beacon_id (a client's retry after an ambiguous publish).
+func publishEvents(ctx context.Context, c *pubsub.Client, topic string, events []schemas.Event, d time.Duration, dupEvery int) error {
 	const per = 20
 	n := (len(events) + per - 1) / per
 	for b := 0; len(events) > 0; b++ {
@@ -268,9 +270,16 @@ func publishEvents(ctx context.Context, c *pubsub.Client, topic string, events [
 		if err != nil {
 			return err
 		}
-		msg := &pb.PubsubMessage{Data: data, Attributes: map[string]string{source.TSAttribute: strconv.FormatInt(now.UnixMilli(), 10)}}
-		if _, err := c.TopicAdminClient.Publish(ctx, &pb.PublishRequest{Topic: topic, Messages: []*pb.PubsubMessage{msg}}); err != nil {
-			return err
+		msg := &pb.PubsubMessage{Data: data, Attributes: map[string]string{
+			source.TSAttribute: strconv.FormatInt(now.UnixMilli(), 10), source.BeaconAttribute: beacon.BeaconID}}
+		copies := 1
+		if dupEvery > 0 && b%dupEvery == 0 {
+			copies = 2
+		}
+		for range copies {
+			if _, err := c.TopicAdminClient.Publish(ctx, &pb.PublishRequest{Topic: topic, Messages: []*pb.PubsubMessage{msg}}); err != nil {
+				return err
+			}
 		}
 		events = events[m:]
 		time.Sleep(d / time.Duration(n))

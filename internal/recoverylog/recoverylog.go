@@ -46,9 +46,15 @@
 // Table "fastlog" (Config.Table) in the exact tables' instance, one family
 // "m" whose cells are written at the message's publish time with a max-age
 // garbage-collection policy of twice the horizon (Ensure): retention is
-// Bigtable's, nothing here deletes. Row key:
+// Bigtable's, nothing here deletes. Row keys:
 //
 //	{salt}#{publish Unix ms, 13 digits}#{message id}    m:d = payload, m:t = element time (Unix ms), m:r = run
+//	k#{beacon_id}                                        m:r = run, m:p = publish time of the message logged for it
+//
+// The k# rows make beacon_id an idempotency key, as it is at ingest: a
+// beacon published twice (ingest answered 503 after an ambiguous publish and
+// the client retried with the same beacon_id) is two messages with two ids,
+// and the second finds the first's k# row and is not counted again.
 //
 // salt is one hex digit from a hash of the message id, so that writes at one
 // instant spread over 16 key ranges instead of one hot tablet; a replay reads
@@ -80,6 +86,7 @@ const (
 	colD   = "d"
 	colT   = "t"
 	colR   = "r"
+	colP   = "p"
 	salts  = 16
 	// bulkRows bounds the row mutations of one ApplyBulk call.
 	bulkRows = 5000
@@ -117,6 +124,10 @@ type Record struct {
 	TS int64
 	// Data is the payload (a binary beacon).
 	Data []byte
+	// Beacon is the message's beacon_id attribute ("" : none): an
+	// idempotency key, so that a beacon published twice (a retry after an
+	// ambiguous publish) is logged, and counted, once.
+	Beacon string
 	// Run is the id of the job run that wrote it (set by Append; filled by
 	// Scan and Seen).
 	Run string
@@ -127,6 +138,16 @@ func Key(id string, publishMs int64) string {
 	h := fnv.New32a()
 	h.Write([]byte(id))
 	return fmt.Sprintf("%x#%013d#%s", h.Sum32()%salts, publishMs, id)
+}
+
+// beaconKey is the row key of a beacon_id's index row.
+func beaconKey(beacon string) string { return "k#" + beacon }
+
+// Logged says who logged a message (or another message of its beacon) and
+// when that one was published.
+type Logged struct {
+	Run     string
+	Publish int64 // Unix ms
 }
 
 // Log reads and writes the table.
@@ -195,28 +216,49 @@ func (l *Log) Ensure(ctx context.Context) error {
 	return nil
 }
 
-// Seen returns the run that logged each of recs already (by ID and
-// Publish), for those that are in the log.
-func (l *Log) Seen(ctx context.Context, recs []Record) (map[string]string, error) {
-	out := map[string]string{}
+// Seen reports, for each of recs the log already holds (by message id, or
+// by its beacon's id when it has one), who logged it: a map from the index
+// in recs.
+func (l *Log) Seen(ctx context.Context, recs []Record) (map[int]Logged, error) {
+	out := map[int]Logged{}
 	if len(recs) == 0 {
 		return out, nil
 	}
-	keys := make(bigtable.RowList, len(recs))
-	for i, r := range recs {
-		keys[i] = Key(r.ID, r.Publish)
+	keys := make(bigtable.RowList, 0, 2*len(recs))
+	for _, r := range recs {
+		keys = append(keys, Key(r.ID, r.Publish))
+		if r.Beacon != "" {
+			keys = append(keys, beaconKey(r.Beacon))
+		}
 	}
+	found := map[string]Logged{}
 	err := l.tbl.ReadRows(ctx, keys, func(row bigtable.Row) bool {
+		var lg Logged
+		if strings.HasPrefix(row.Key(), "k#") {
+			lg.Publish = -1
+		} else {
+			lg.Publish, _ = splitKey(row.Key())
+		}
 		for _, it := range row[family] {
-			if it.Column == family+":"+colR {
-				_, id := splitKey(row.Key())
-				out[id] = string(it.Value)
+			switch strings.TrimPrefix(it.Column, family+":") {
+			case colR:
+				lg.Run = string(it.Value)
+			case colP:
+				lg.Publish, _ = strconv.ParseInt(string(it.Value), 10, 64)
 			}
 		}
+		found[row.Key()] = lg
 		return true
-	}, bigtable.RowFilter(bigtable.ColumnFilter(colR)))
+	}, bigtable.RowFilter(bigtable.ChainFilters(bigtable.LatestNFilter(1), bigtable.ColumnFilter(colR+"|"+colP))))
 	if err != nil {
 		return nil, fmt.Errorf("recovery log: read %d keys: %w", len(keys), err)
+	}
+	for i, r := range recs {
+		if lg, ok := found[Key(r.ID, r.Publish)]; ok {
+			out[i] = lg
+		} else if lg, ok := found[beaconKey(r.Beacon)]; ok && r.Beacon != "" {
+			out[i] = lg
+		}
 	}
 	return out, nil
 }
@@ -226,15 +268,21 @@ func (l *Log) Seen(ctx context.Context, recs []Record) (map[string]string, error
 func (l *Log) Append(ctx context.Context, run string, recs []Record) error {
 	for len(recs) > 0 {
 		n := min(len(recs), bulkRows)
-		keys := make([]string, n)
-		muts := make([]*bigtable.Mutation, n)
-		for i, r := range recs[:n] {
+		keys := make([]string, 0, 2*n)
+		muts := make([]*bigtable.Mutation, 0, 2*n)
+		for _, r := range recs[:n] {
 			ts := bigtable.Time(time.UnixMilli(r.Publish))
 			m := bigtable.NewMutation()
 			m.Set(family, colD, ts, r.Data)
 			m.Set(family, colT, ts, []byte(strconv.FormatInt(r.TS, 10)))
 			m.Set(family, colR, ts, []byte(run))
-			keys[i], muts[i] = Key(r.ID, r.Publish), m
+			keys, muts = append(keys, Key(r.ID, r.Publish)), append(muts, m)
+			if r.Beacon != "" {
+				b := bigtable.NewMutation()
+				b.Set(family, colR, ts, []byte(run))
+				b.Set(family, colP, ts, []byte(strconv.FormatInt(r.Publish, 10)))
+				keys, muts = append(keys, beaconKey(r.Beacon)), append(muts, b)
+			}
 		}
 		errs, err := l.tbl.ApplyBulk(ctx, keys, muts)
 		if err != nil {
@@ -280,7 +328,7 @@ func (l *Log) Scan(ctx context.Context, from, to int64, skipRun string) ([]Recor
 				r.Run = string(it.Value)
 			}
 		}
-		if r.Run != skipRun {
+		if r.Run != skipRun && r.Data != nil {
 			out = append(out, r)
 		}
 		return true

@@ -34,6 +34,10 @@ func init() {
 // its publish time.
 const TSAttribute = "ts"
 
+// BeaconAttribute is the message attribute holding the beacon's id (ingest
+// sets it): the recovery log's idempotency key (pubsublog.go).
+const BeaconAttribute = "beacon_id"
+
 const (
 	// maxAckIDsPerRequest keeps Acknowledge requests well under Pub/Sub's
 	// 512 KB request limit (ack ids are up to ~200 bytes).

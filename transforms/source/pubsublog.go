@@ -99,6 +99,7 @@ func (fn *pullFn) logAndEmit(ctx context.Context, we *pullEstimator, rt *streamT
 			Publish: m.GetMessage().GetPublishTime().AsTime().UnixMilli(),
 			TS:      int64(ts),
 			Data:    m.GetMessage().GetData(),
+			Beacon:  m.GetMessage().GetAttributes()[BeaconAttribute],
 		}
 	}
 	seen, err := fn.log.Seen(ctx, recs)
@@ -109,8 +110,13 @@ func (fn *pullFn) logAndEmit(ctx context.Context, we *pullEstimator, rt *streamT
 	var fresh []recoverylog.Record
 	var freshMsgs []*pb.ReceivedMessage
 	var done []string // ack ids of messages already emitted
+	batch := map[string]bool{}
 	for i, r := range recs {
-		if run, ok := seen[r.ID]; ok && (run == fn.Run || (r.Publish >= fn.ReplayFrom && r.Publish < fn.ReplayTo)) {
+		lg, logged := seen[i]
+		// Emitted by this run, or replayed by it; or a second copy (same
+		// message, or same beacon) in this very batch.
+		if (logged && (lg.Run == fn.Run || (lg.Publish >= fn.ReplayFrom && lg.Publish < fn.ReplayTo))) ||
+			batch["m"+r.ID] || (r.Beacon != "" && batch["b"+r.Beacon]) {
 			done = append(done, msgs[i].GetAckId())
 			continue
 		}
@@ -118,6 +124,10 @@ func (fn *pullFn) logAndEmit(ctx context.Context, we *pullEstimator, rt *streamT
 			fn.nack(ctx, msgs[i:])
 			stop = true
 			break
+		}
+		batch["m"+r.ID] = true
+		if r.Beacon != "" {
+			batch["b"+r.Beacon] = true
 		}
 		fresh = append(fresh, r)
 		freshMsgs = append(freshMsgs, msgs[i])
