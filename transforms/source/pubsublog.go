@@ -173,7 +173,7 @@ func (fn *pullFn) replay(ctx context.Context, we *pullEstimator, rt *streamTrack
 		if err != nil {
 			pubsubLogErrors.Inc(ctx, 1)
 			log.Warnf(ctx, "recovery log: %v (retrying in %s)", err, errorResume)
-			rt.setReplay(at, skip, false)
+			rt.setReplay(at, skip, 0, false)
 			return sdf.ResumeProcessingIn(errorResume)
 		}
 		for i := skip; i < int64(len(recs)); i++ {
@@ -182,16 +182,16 @@ func (fn *pullFn) replay(ctx context.Context, we *pullEstimator, rt *streamTrack
 			}
 			emit(fn.clamp(we, mtime.Time(recs[i].TS)), recs[i].Data)
 			pubsubReplayed.Inc(ctx, 1)
-			rt.setReplay(at, i+1, false)
+			rt.setReplay(at, i+1, 1, false)
 		}
 		at, skip = end, 0
-		rt.setReplay(at, 0, false)
+		rt.setReplay(at, 0, 0, false)
 		if time.Since(start) >= fn.BundleTime {
 			return sdf.ResumeProcessingIn(0)
 		}
 	}
-	rt.setReplay(at, 0, true)
-	log.Infof(ctx, "recovery log: run %s replay done", fn.Run)
+	rt.setReplay(at, 0, 0, true)
+	log.Infof(ctx, "recovery log: run %s replay done: %d messages", fn.Run, rt.GetRestriction().(streamRestriction).ReplayCount)
 	return sdf.ResumeProcessingIn(0)
 }
 

@@ -44,6 +44,8 @@ type streamRestriction struct {
 	Replayed   bool
 	ReplayAt   int64
 	ReplaySkip int64
+	// ReplayCount is how many records the replay has emitted so far.
+	ReplayCount int64
 }
 
 // streamTracker claims the positions of a streamRestriction in order. It
@@ -105,10 +107,12 @@ func (t *streamTracker) claimNext() bool {
 	return t.claimLocked(t.claimed)
 }
 
-// setReplay records the replay's position (see streamRestriction).
-func (t *streamTracker) setReplay(at, skip int64, done bool) {
+// setReplay records the replay's position (see streamRestriction); emitted
+// is added to ReplayCount.
+func (t *streamTracker) setReplay(at, skip, emitted int64, done bool) {
 	t.mu.Lock()
 	t.rest.ReplayAt, t.rest.ReplaySkip, t.rest.Replayed = at, skip, done
+	t.rest.ReplayCount += emitted
 	t.mu.Unlock()
 }
 
