@@ -58,7 +58,7 @@
 //
 // salt is one hex digit from a hash of the message id, so that writes at one
 // instant spread over 16 key ranges instead of one hot tablet; a replay reads
-// a chunk of publish time from all 16 ranges and orders it by publish time.
+// the next rows of all 16 ranges (Next) and orders them by publish time.
 package recoverylog
 
 import (
@@ -298,19 +298,65 @@ func (l *Log) Append(ctx context.Context, run string, recs []Record) error {
 	return nil
 }
 
-// Scan returns the records published in [from, to) (Unix ms) that were not
-// logged by skipRun, ordered by publish time (then id).
-func (l *Log) Scan(ctx context.Context, from, to int64, skipRun string) ([]Record, error) {
+// Next returns the next records published in [from, to) that were not
+// logged by skipRun, ordered by publish time and then id, and where the
+// next call starts (to: done). It reads at most limit rows from each of the
+// 16 key ranges, so an hour of which most minutes are empty costs a few
+// reads, and memory stays bounded: the result ends before the first
+// publish time a range may have more rows of.
+func (l *Log) Next(ctx context.Context, from, to int64, skipRun string, limit int) ([]Record, int64, error) {
 	if from >= to {
-		return nil, nil
+		return nil, to, nil
 	}
-	ranges := make(bigtable.RowRangeList, salts)
+	end := to
+	var all []Record
 	for s := range salts {
-		ranges[s] = bigtable.NewRange(fmt.Sprintf("%x#%013d#", s, from), fmt.Sprintf("%x#%013d#", s, to))
+		rows, err := l.read(ctx, bigtable.NewRange(fmt.Sprintf("%x#%013d#", s, from), fmt.Sprintf("%x#%013d#", s, to)), limit)
+		if err != nil {
+			return nil, from, err
+		}
+		if len(rows) == limit {
+			end = min(end, rows[len(rows)-1].Publish) // that ms may go on past the limit
+		}
+		all = append(all, rows...)
 	}
+	if end <= from {
+		// One millisecond holds more than limit rows of some range: read
+		// that millisecond whole.
+		end = from + 1
+		all = all[:0]
+		for s := range salts {
+			rows, err := l.read(ctx, bigtable.NewRange(fmt.Sprintf("%x#%013d#", s, from), fmt.Sprintf("%x#%013d#", s, end)), 0)
+			if err != nil {
+				return nil, from, err
+			}
+			all = append(all, rows...)
+		}
+	}
+	out := all[:0]
+	for _, r := range all {
+		if r.Publish < end && r.Run != skipRun && r.Data != nil {
+			out = append(out, r)
+		}
+	}
+	slices.SortFunc(out, func(a, b Record) int {
+		if c := cmp.Compare(a.Publish, b.Publish); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	return out, end, nil
+}
+
+// read returns the rows of one range (at most limit; 0: all) as records.
+func (l *Log) read(ctx context.Context, rr bigtable.RowRange, limit int) ([]Record, error) {
 	var out []Record
 	var perr error
-	err := l.tbl.ReadRows(ctx, ranges, func(row bigtable.Row) bool {
+	opts := []bigtable.ReadOption{bigtable.RowFilter(bigtable.LatestNFilter(1))}
+	if limit > 0 {
+		opts = append(opts, bigtable.LimitRows(int64(limit)))
+	}
+	err := l.tbl.ReadRows(ctx, rr, func(row bigtable.Row) bool {
 		pub, id := splitKey(row.Key())
 		r := Record{ID: id, Publish: pub}
 		for _, it := range row[family] {
@@ -328,23 +374,15 @@ func (l *Log) Scan(ctx context.Context, from, to int64, skipRun string) ([]Recor
 				r.Run = string(it.Value)
 			}
 		}
-		if r.Run != skipRun && r.Data != nil {
-			out = append(out, r)
-		}
+		out = append(out, r)
 		return true
-	}, bigtable.RowFilter(bigtable.LatestNFilter(1)))
+	}, opts...)
 	if err == nil {
 		err = perr
 	}
 	if err != nil {
-		return nil, fmt.Errorf("recovery log: scan [%d, %d): %w", from, to, err)
+		return nil, fmt.Errorf("recovery log: read: %w", err)
 	}
-	slices.SortFunc(out, func(a, b Record) int {
-		if c := cmp.Compare(a.Publish, b.Publish); c != 0 {
-			return c
-		}
-		return strings.Compare(a.ID, b.ID)
-	})
 	return out, nil
 }
 

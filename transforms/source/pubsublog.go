@@ -36,9 +36,9 @@ type RecoveryLog struct {
 // Enabled reports whether the reader logs.
 func (r RecoveryLog) Enabled() bool { return r.Config.Enabled() }
 
-// replayChunk is the publish time one log read covers: bounded memory (the
-// messages of this much time) and sorted replay order across the key salts.
-const replayChunk = 2 * time.Second
+// replayRows bounds the rows one replay read takes from each of the log's 16
+// key ranges (recoverylog.Log.Next): the replay's memory.
+const replayRows = 2000
 
 var (
 	pubsubLogged        = beam.NewCounter("topk.source", "pubsub_logged")
@@ -160,37 +160,38 @@ func (fn *pullFn) logAndEmit(ctx context.Context, we *pullEstimator, rt *streamT
 func (fn *pullFn) replay(ctx context.Context, we *pullEstimator, rt *streamTracker, emit func(beam.EventTime, []byte)) sdf.ProcessContinuation {
 	start := time.Now()
 	r := rt.GetRestriction().(streamRestriction)
-	at, skip := r.ReplayAt, r.ReplaySkip
+	at, after := r.ReplayAt, r.ReplayAfter
 	if at == 0 {
 		at = fn.ReplayFrom
 		log.Infof(ctx, "recovery log: run %s replays messages published %s .. %s", fn.Run,
 			time.UnixMilli(fn.ReplayFrom).UTC().Format(time.RFC3339), time.UnixMilli(fn.ReplayTo).UTC().Format(time.RFC3339))
 	}
-	chunk := replayChunk.Milliseconds()
 	for at < fn.ReplayTo {
-		end := min(at+chunk, fn.ReplayTo)
-		recs, err := fn.log.Scan(ctx, at, end, fn.Run)
+		recs, next, err := fn.log.Next(ctx, at, fn.ReplayTo, fn.Run, replayRows)
 		if err != nil {
 			pubsubLogErrors.Inc(ctx, 1)
 			log.Warnf(ctx, "recovery log: %v (retrying in %s)", err, errorResume)
-			rt.setReplay(at, skip, 0, false)
 			return sdf.ResumeProcessingIn(errorResume)
 		}
-		for i := skip; i < int64(len(recs)); i++ {
+		for _, rec := range recs {
+			if rec.Publish == at && after != "" && rec.ID <= after {
+				continue // emitted before a checkpoint
+			}
 			if !rt.claimNext() {
 				return sdf.StopProcessing()
 			}
-			emit(fn.clamp(we, mtime.Time(recs[i].TS)), recs[i].Data)
+			emit(fn.clamp(we, mtime.Time(rec.TS)), rec.Data)
 			pubsubReplayed.Inc(ctx, 1)
-			rt.setReplay(at, i+1, 1, false)
+			at, after = rec.Publish, rec.ID
+			rt.setReplay(at, after, 1, false)
 		}
-		at, skip = end, 0
-		rt.setReplay(at, 0, 0, false)
+		at, after = next, ""
+		rt.setReplay(at, after, 0, false)
 		if time.Since(start) >= fn.BundleTime {
 			return sdf.ResumeProcessingIn(0)
 		}
 	}
-	rt.setReplay(at, 0, 0, true)
+	rt.setReplay(at, "", 0, true)
 	log.Infof(ctx, "recovery log: run %s replay done: %d messages", fn.Run, rt.GetRestriction().(streamRestriction).ReplayCount)
 	return sdf.ResumeProcessingIn(0)
 }

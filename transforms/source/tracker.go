@@ -37,13 +37,13 @@ type streamRestriction struct {
 	// resumed call acks them first (see the package doc).
 	Acks []string
 	// Replayed: the reader has replayed the recovery log (only shard 0
-	// replays; see pubsublog.go). ReplayAt is the start (publish time,
-	// Unix ms) of the log chunk being replayed and ReplaySkip how many of
-	// its records were already emitted, so that a checkpoint in the middle
-	// of a chunk neither repeats nor skips one.
-	Replayed   bool
-	ReplayAt   int64
-	ReplaySkip int64
+	// replays; see pubsublog.go). ReplayAt and ReplayAfter are the replay's
+	// cursor: the publish time (Unix ms) and message id of the last record
+	// emitted ("": none at ReplayAt yet), so that a checkpoint anywhere
+	// neither repeats nor skips one, whatever the log reads returned.
+	Replayed    bool
+	ReplayAt    int64
+	ReplayAfter string
 	// ReplayCount is how many records the replay has emitted so far.
 	ReplayCount int64
 }
@@ -109,9 +109,9 @@ func (t *streamTracker) claimNext() bool {
 
 // setReplay records the replay's position (see streamRestriction); emitted
 // is added to ReplayCount.
-func (t *streamTracker) setReplay(at, skip, emitted int64, done bool) {
+func (t *streamTracker) setReplay(at int64, after string, emitted int64, done bool) {
 	t.mu.Lock()
-	t.rest.ReplayAt, t.rest.ReplaySkip, t.rest.Replayed = at, skip, done
+	t.rest.ReplayAt, t.rest.ReplayAfter, t.rest.Replayed = at, after, done
 	t.rest.ReplayCount += emitted
 	t.mu.Unlock()
 }
