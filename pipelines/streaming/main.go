@@ -95,7 +95,7 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.BTProject, "bigtable_project", "topk-local", "Bigtable project of the exact tables (--long)")
 	fs.StringVar(&f.BTInstance, "bigtable_instance", "topk", "Bigtable instance of the exact tables (--long)")
 	fs.IntVar(&f.MemoryLimitMB, "memory_limit_mb", 2560, "Go heap soft limit in MiB (runtime/debug.SetMemoryLimit; GOMEMLIMIT overrides; 0: none). Most of the heap is short-lived summaries: at 1M events/s peak RSS was 4.5 GB without a limit, 2.6 GB with 2,560 MiB, at the same throughput")
-	fs.StringVar(&f.MetricsAddr, "metrics_addr", "", "serve Prometheus metrics (publish lag, list age, pointer moves) on this address at /metrics")
+	fs.StringVar(&f.MetricsAddr, "metrics_addr", "", "serve Prometheus metrics (publish lag, list age, pointer moves, per-stage event and dead-letter counters) on this address at /metrics")
 	fs.StringVar(&f.CPUProfile, "cpuprofile", "", "write a CPU profile of the whole run (Prism runs in-process) to this file")
 	rd := preagg.DefaultRules() // the exact command's rules, with smaller stream state
 	f.Rules = rules.RegisterFlagsWith(fs, "", rd)

@@ -20,6 +20,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+
+	"github.com/topk-dev/topk/internal/stagemetrics"
 )
 
 func init() {
@@ -227,6 +229,7 @@ func (fn *pullFn) ProcessElement(ctx context.Context, we *pullEstimator, rt *str
 			emitted++
 		}
 		pubsubMessages.Inc(ctx, int64(len(msgs)))
+		stagemetrics.SourceMessages("pubsub", len(msgs))
 		rt.setMark(now.UnixNano())
 		last = now.UnixNano()
 		// Checkpoint after BundleTime, or earlier when the ack ids the
