@@ -49,8 +49,10 @@ func (h *hourEnds) first() time.Time {
 	return end
 }
 
-// loop sweeps the current hour's end every period until ctx ends.
-func (h *hourEnds) loop(ctx context.Context, period time.Duration) {
+// loop sweeps the current hour's end every period, for the first window
+// of each hour (the versions of its end are gone from Redis after that),
+// until ctx ends.
+func (h *hourEnds) loop(ctx context.Context, period, window time.Duration) {
 	tick := time.NewTicker(period)
 	defer tick.Stop()
 	for {
@@ -59,8 +61,11 @@ func (h *hourEnds) loop(ctx context.Context, period time.Duration) {
 			return
 		case <-tick.C:
 		}
-		// A failed sweep (Redis restarting) is tried again at the next tick.
-		_, _ = h.sweep(ctx, time.Now().UTC().Truncate(time.Hour))
+		now := time.Now().UTC()
+		if end := now.Truncate(time.Hour); now.Sub(end) < window {
+			// A failed sweep (Redis restarting) is tried again at the next tick.
+			_, _ = h.sweep(ctx, end)
+		}
 	}
 }
 

@@ -389,7 +389,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Stats, error) {
 	recountDone := make(chan struct{})
 	if cfg.Recount && cfg.ArchiveRoot != "" {
 		go func() { defer close(recountDone); rc.loop(ctx) }()
-		go ends.loop(obsCtx, 20*time.Second)
+		go ends.loop(obsCtx, 20*time.Second, rc.gradeWait)
 		say("recount: every %v, each closed archive hour not yet in the exact store (a second Beam job); grades the fast path's 1h lists at each hour's end (copied to %s) against it, the first about %v after the first hour end (%s)",
 			rc.every, ends.dir, archGrace(cfg.ArchiveGrace)+rc.every, ends.first().Format("15:04 UTC"))
 	} else {
