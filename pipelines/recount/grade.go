@@ -51,12 +51,16 @@ func gradeHour(ctx context.Context, cfg Config, st *store.Store, hour time.Time,
 		if err != nil {
 			return out, fmt.Errorf("grade %s: %w", path, err)
 		}
-		if l.MinCount > 0 {
+		minCount := l.MinCount
+		if minCount == 0 && l.Scope != schemas.ScopeGlobal {
+			minCount = cfg.ScopedMinCount
+		}
+		if minCount > 0 {
 			// The list leaves out items below its minimum count: grade it
 			// against the items that could be listed.
 			cut := make(map[string]int64, len(m))
 			for item, c := range m {
-				if uint64(c) >= l.MinCount {
+				if uint64(c) >= minCount {
 					cut[item] = c
 				}
 			}
@@ -69,7 +73,7 @@ func gradeHour(ctx context.Context, cfg Config, st *store.Store, hour time.Time,
 		sg := store.Grade{Hour: hour, Type: g.Type, Scope: g.Scope,
 			RecallAt100: g.Recall100, RecallAt1000: g.Recall1000,
 			MaxOvercountVsBound: int64(g.MaxOvercount) - int64(g.Bound),
-			MaxDisplacement100:  g.MaxDisplacement, Alert: g.Alert}
+			MaxDisplacement100:  g.MaxDisplacement, UnderCounts: g.UnderCounts, Alert: g.Alert}
 		if err := waitOut(ctx, cfg, "write grade", func(ctx context.Context) error { return st.WriteGrade(ctx, sg) }); err != nil {
 			return out, err
 		}
@@ -89,32 +93,4 @@ func gradeHour(ctx context.Context, cfg Config, st *store.Store, hour time.Time,
 		}
 	}
 	return out, nil
-}
-
-// writeMetrics writes the grades in the Prometheus text format, via a
-// temporary file and a rename (the textfile collector's rule).
-func writeMetrics(path string, gs []grade.Grade) error {
-	var b strings.Builder
-	b.WriteString("# HELP topk_grade_recall Recall of the hour-end 1h list against the exact hour.\n# TYPE topk_grade_recall gauge\n")
-	for _, g := range gs {
-		fmt.Fprintf(&b, "topk_grade_recall{type=%q,scope=%q,at=\"100\"} %g\n", g.Type, g.Scope, g.Recall100)
-		fmt.Fprintf(&b, "topk_grade_recall{type=%q,scope=%q,at=\"1000\"} %g\n", g.Type, g.Scope, g.Recall1000)
-	}
-	b.WriteString("# HELP topk_grade_overcount_over_bound Largest over-count minus the list's max_overcount (> 0 breaks the contract).\n# TYPE topk_grade_overcount_over_bound gauge\n")
-	for _, g := range gs {
-		fmt.Fprintf(&b, "topk_grade_overcount_over_bound{type=%q,scope=%q} %d\n", g.Type, g.Scope, int64(g.MaxOvercount)-int64(g.Bound))
-	}
-	b.WriteString("# HELP topk_grade_alert 1 when the last graded hour breached recall@100 >= 0.99 or a bound.\n# TYPE topk_grade_alert gauge\n")
-	for _, g := range gs {
-		v := 0
-		if g.Alert {
-			v = 1
-		}
-		fmt.Fprintf(&b, "topk_grade_alert{type=%q,scope=%q} %d\n", g.Type, g.Scope, v)
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(b.String()), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }

@@ -1,12 +1,9 @@
 package recount
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -29,19 +26,9 @@ func TestGradeAgainstFastPath(t *testing.T) {
 	recounttest.WriteArchive(t, root, hour, events)
 
 	// The fast path over the same events in time order.
-	sorted := append([]schemas.Event(nil), events...)
-	slicesSortByTS(sorted)
-	path := filepath.Join(t.TempDir(), "events.ndjson")
-	f, err := os.Create(path)
-	must(t, err)
-	w := bufio.NewWriter(f)
-	for i := range sorted {
-		must(t, json.NewEncoder(w).Encode(&sorted[i]))
-	}
-	must(t, w.Flush())
-	must(t, f.Close())
 	fcfg := fastpath.DefaultConfig()
-	fcfg.Source, err = source.ParseSpec("file:" + path)
+	var err error
+	fcfg.Source, err = source.ParseSpec("file:" + recounttest.WriteReplay(t, events))
 	must(t, err)
 	fcfg.Windows = []schemas.Window{schemas.Window1h}
 	// Global lists: this test grades one list per type (scoped lists are
@@ -94,15 +81,15 @@ func TestGradeAgainstFastPath(t *testing.T) {
 	for _, g := range stored {
 		if g.Alert {
 			storedAlerts++
+			if g.UnderCounts != 1 {
+				t.Errorf("stored grade %+v: want 1 under-count", g)
+			}
 		}
 	}
 	prom, err := os.ReadFile(metrics)
 	must(t, err)
-	if alerts != 1 || storedAlerts != 1 || !strings.Contains(string(prom), `topk_grade_alert{type="video",scope="global"} 1`) {
+	if alerts != 1 || storedAlerts != 1 || !strings.Contains(string(prom), `topk_grade_alert{scope="global",type="video"} 1`) ||
+		!strings.Contains(string(prom), `topk_grade_under_counts{scope="global",type="video"} 1`) {
 		t.Fatalf("alerts %d, stored %d, metrics:\n%s", alerts, storedAlerts, prom)
 	}
-}
-
-func slicesSortByTS(es []schemas.Event) {
-	slices.SortStableFunc(es, func(a, b schemas.Event) int { return a.TS.Compare(b.TS) })
 }

@@ -91,6 +91,14 @@ type Config struct {
 	// recounted hour grades the 1h lists published at its end against the
 	// exact counts (DESIGN.md section 2, exact path step 4).
 	ListsDir string
+	// ScopedMinCount is the minimum count of the fast path's non-global 1h
+	// lists (its --min_count for 1h), for grading a list that does not
+	// carry min_count itself: such a list leaves out items below it, and
+	// is graded against the items that could be listed. The fast path's
+	// merge step does not fill schemas.List.MinCount yet, so without this
+	// every country and region list is graded against items it must not
+	// show and alerts on recall. 0: grade such lists against every item.
+	ScopedMinCount uint64
 	// MetricsFile, when set, receives the grades as Prometheus text
 	// (node_exporter textfile collector format), rewritten after each hour.
 	MetricsFile string

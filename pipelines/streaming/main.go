@@ -114,7 +114,7 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.Trend.Trend.WarmUp, "trend_warm_up", d.Trend.Trend.WarmUp, "trending: history a list needs before it lists anything")
 	fs.BoolVar(&f.RecoveryLog, "recovery_log", true, "with a pubsub source (not on Dataflow): log every message to Bigtable (table fastlog in --bigtable_instance) before acknowledging it, and replay the log's last --recovery_horizon at start, so a crashed job restarts without losing or double-counting a message")
 	fs.DurationVar(&f.RecoveryHorizon, "recovery_horizon", 0, "how much publish time before its start a run replays from the recovery log (0: the longest window plus the allowed lateness and a bucket)")
-	fs.StringVar(&f.MetricsAddr, "metrics_addr", "", "serve Prometheus metrics (publish lag, list age, pointer moves) on this address at /metrics")
+	fs.StringVar(&f.MetricsAddr, "metrics_addr", "", "serve Prometheus metrics (publish lag, list age, pointer moves, per-stage event and dead-letter counters, recovery log) on this address at /metrics")
 	fs.StringVar(&f.CPUProfile, "cpuprofile", "", "write a CPU profile of the whole run (Prism runs in-process) to this file")
 	rd := preagg.DefaultRules() // the exact command's rules, with smaller stream state
 	f.Rules = rules.RegisterFlagsWith(fs, "", rd)

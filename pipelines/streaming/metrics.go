@@ -14,14 +14,19 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/topk-dev/topk/internal/publishobs"
+	"github.com/topk-dev/topk/internal/stagemetrics"
 	"github.com/topk-dev/topk/transforms/publish/liststore"
 )
 
 // serveMetrics serves Prometheus metrics on addr at /metrics until the
-// returned stop is called: the process's Go and process collectors and the
+// returned stop is called: the process's Go and process collectors, the
 // publish observer (internal/publishobs: pointer moves, publish lag and list
-// age as Redis readers see them). The job's Beam counters are reported in
-// the run's summary line, not here.
+// age as Redis readers see them) and the stages' counters as the job runs
+// (internal/stagemetrics: messages, events decoded and counted, late
+// events, dead letters by reason, rule drops; zero when the workers are
+// other processes, as on Dataflow, where the runner's Beam metrics are the
+// source). The job's Beam counters are also reported in the run's summary
+// line.
 func serveMetrics(ctx context.Context, addr string, st *liststore.Store) (stop func(), err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	obs, err := publishobs.Start(ctx, st, nil)
@@ -30,7 +35,7 @@ func serveMetrics(ctx context.Context, addr string, st *liststore.Store) (stop f
 		return nil, err
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), obs)
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), obs, stagemetrics.Collector())
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		cancel()

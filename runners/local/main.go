@@ -32,7 +32,17 @@
 // embedded bttest; the fast path runs with its long windows on and
 // publishes the 24h and all lists stitched from those tables once
 // exact_until is set. A failed recount is logged and tried again at the
-// next tick; --recount=false turns the recount off.
+// next tick; --recount=false turns the recount off. The archive closes an
+// hour --archive_grace (3 minutes) after it ends.
+//
+// The recount grades the fast path: its 1h lists at each hour's end are
+// copied from Redis as they are published (hourEnds, into
+// ARCHIVE_ROOT/lists, deleted once graded), and each hour recounted is
+// graded against them (pipelines/recount, transforms/grade): the grades go
+// to the exact store, to one output line per hour and to /metrics
+// (topk_grade_*). The first grade comes about 4 minutes after the first
+// hour end the run was up for. The fast path's stage counters
+// (internal/stagemetrics, topk_stream_*) are on /metrics too.
 package main
 
 import (
@@ -44,6 +54,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -60,6 +71,7 @@ import (
 	"github.com/topk-dev/topk/internal/pubsubx"
 	"github.com/topk-dev/topk/internal/recoverylog"
 	"github.com/topk-dev/topk/internal/redisx"
+	"github.com/topk-dev/topk/internal/stagemetrics"
 	"github.com/topk-dev/topk/pipelines/fastpath"
 	"github.com/topk-dev/topk/pipelines/recount"
 	"github.com/topk-dev/topk/schemas"
@@ -105,6 +117,11 @@ type Config struct {
 	// CatalogueItems is how many of each type's most frequent synthetic
 	// items get a title and a thumbnail in the catalogue (0: none).
 	CatalogueItems int
+	// ArchiveGrace is how long after its end an archive hour closes (0:
+	// archive.DefaultGrace, 10 minutes). The local load stamps events with
+	// the wall clock, so a few minutes suffice and the first grade comes
+	// sooner.
+	ArchiveGrace time.Duration
 	// Retention is how long the archive keeps an event hour after it ends
 	// (0: archive.DefaultRetention, 30 days; negative: forever).
 	Retention time.Duration
@@ -143,6 +160,7 @@ func main() {
 	flag.StringVar(&cfg.ArchiveRoot, "archive_root", "./archive", "archive root: every event as Parquet by event hour, the exact recount's input (empty: no archive)")
 	flag.BoolVar(&cfg.Recount, "recount", true, "recount every closed archive hour not yet recounted, at the start and then every --recount_every, into the embedded exact store the 24h and all lists are stitched from")
 	flag.StringVar(&cfg.BigtableInstance, "bigtable_instance", "topk", "exact store instance (project topk-local) on the emulator at BIGTABLE_EMULATOR_HOST, or on an embedded bttest")
+	flag.DurationVar(&cfg.ArchiveGrace, "archive_grace", 3*time.Minute, "an archive hour closes (and is recounted and graded) this long after it ends")
 	flag.DurationVar(&cfg.RecountEvery, "recount_every", time.Minute, "how often to look for closed hours to recount")
 	flag.IntVar(&cfg.CatalogueItems, "catalogue_items", 10_000, "titles and thumbnails for this many of each type's most frequent synthetic items (0: none)")
 	flag.DurationVar(&cfg.Retention, "retention", archive.DefaultRetention, "delete archive hours this long after they end (negative: never)")
@@ -254,6 +272,23 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Stats, error) {
 	}
 	say("exact store: Bigtable %s on %s, instance %s (exact tables, daily charts, durable takedowns)", btKind, btAddr, instance)
 
+	// Grading: the fast path's 1h lists at each hour's end are copied from
+	// Redis as they are published, and the recount grades each hour it
+	// recounts against them (see hourEnds). An hour that already has
+	// archived events (an earlier run's) is not graded: this run's fast
+	// path did not see them.
+	grades := recount.NewGradeMetrics()
+	reg.MustRegister(grades)
+	var ends *hourEnds
+	if cfg.Recount && cfg.ArchiveRoot != "" {
+		now := time.Now().UTC()
+		var skip time.Time
+		if files, _, err := archive.ListHourContext(bg, cfg.ArchiveRoot, now); err == nil && len(files) > 0 {
+			skip = now.Truncate(time.Hour).Add(time.Hour)
+		}
+		ends = newHourEnds(lists, filepath.Join(cfg.ArchiveRoot, "lists"), now, skip)
+	}
+
 	archDone := make(chan error, 1)
 	var archStats atomic.Pointer[archive.Stats]
 	archStats.Store(&archive.Stats{})
@@ -270,7 +305,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Stats, error) {
 		progress := func(s archive.Stats) { am.Progress(s); archStats.Store(&s) }
 		// bg and IdleStop, not ctx: the archiver drains what was published.
 		go func() {
-			archDone <- archive.Run(bg, ps, archive.Config{Root: cfg.ArchiveRoot, Progress: progress,
+			archDone <- archive.Run(bg, ps, archive.Config{Root: cfg.ArchiveRoot, Progress: progress, Grace: cfg.ArchiveGrace,
 				Subscription: pubsubx.SubscriptionName(cfg.Project, "archive"), ReturnImmediately: true, IdleStop: cfg.IdleStop})
 		}()
 		// ctx: retention stops with the run (a prune in progress is cut short
@@ -305,7 +340,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Stats, error) {
 	if err != nil {
 		return Stats{}, err
 	}
-	reg.MustRegister(obs)
+	reg.MustRegister(obs, stagemetrics.Collector())
 
 	pcfg := fastpath.DefaultConfig()
 	if cfg.Rules != nil {
@@ -359,14 +394,17 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Stats, error) {
 	}()
 	say("fast path: Beam job on Prism (in this process) reading subscription fastpath, %d partitions; 1m lists each minute, the first within about a minute", cfg.Partitions)
 
-	rc := &recounter{root: cfg.ArchiveRoot, st: xst, k: pcfg.Lists.K, out: out, every: cfg.RecountEvery, rules: cfg.Rules}
+	rc := &recounter{root: cfg.ArchiveRoot, st: xst, k: pcfg.Lists.K, out: out, every: cfg.RecountEvery, rules: cfg.Rules,
+		ends: ends, grades: grades, gradeWait: 10 * time.Minute, minCount1h: pcfg.MinCount[schemas.Window1h]}
 	if rc.every <= 0 {
 		rc.every = time.Minute
 	}
 	recountDone := make(chan struct{})
 	if cfg.Recount && cfg.ArchiveRoot != "" {
 		go func() { defer close(recountDone); rc.loop(ctx) }()
-		say("recount: every %v, each closed archive hour not yet in the exact store (a second Beam job)", rc.every)
+		go ends.loop(obsCtx, 20*time.Second, rc.gradeWait)
+		say("recount: every %v, each closed archive hour not yet in the exact store (a second Beam job); grades the fast path's 1h lists at each hour's end (copied to %s) against it, the first about %v after the first hour end (%s)",
+			rc.every, ends.dir, archGrace(cfg.ArchiveGrace)+rc.every, ends.first().Format("15:04 UTC"))
 	} else {
 		close(recountDone)
 	}
@@ -445,6 +483,14 @@ loop:
 		return st, loadErr
 	}
 	return st, nil
+}
+
+// archGrace is the archive's grace in effect.
+func archGrace(g time.Duration) time.Duration {
+	if g <= 0 {
+		return archive.DefaultGrace
+	}
+	return g
 }
 
 // pageAddr is a listen address as a browser reaches it (":8080" is

@@ -23,6 +23,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/topk-dev/topk/internal/redisx"
+	"github.com/topk-dev/topk/internal/stagemetrics"
 	"github.com/topk-dev/topk/pipelines/recount/recounttest"
 	"github.com/topk-dev/topk/schemas"
 	"github.com/topk-dev/topk/serving/api"
@@ -94,6 +95,13 @@ func TestLocalRun(t *testing.T) {
 			}
 		}
 	}()
+	stageReg := prometheus.NewRegistry()
+	stageReg.MustRegister(stagemetrics.Collector())
+	fams, err := stageReg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stageBefore := stagemetrics.Values(fams)
 	st, err := Run(context.Background(), cfg, out)
 	progress, _ := os.ReadFile(out.Name())
 	t.Logf("progress:\n%s", progress)
@@ -107,14 +115,15 @@ func TestLocalRun(t *testing.T) {
 		}
 	}
 	page := <-metrics
-	for _, name := range []string{"go_goroutines", "process_cpu_seconds_total", "topk_serving_removals", "topk_archive_events_total", "topk_archive_retention_last_run_timestamp_seconds"} {
+	for _, name := range []string{"go_goroutines", "process_cpu_seconds_total", "topk_serving_removals", "topk_archive_events_total", "topk_archive_retention_last_run_timestamp_seconds",
+		"topk_stream_events_total", "topk_stream_dead_letters_total", "topk_grade_lists_total"} {
 		if !strings.Contains(page, "\n"+name) {
 			t.Errorf("/metrics during the run has no %s", name)
 		}
 	}
 	// The publish observer saw the pipeline's pointer moves (the registry
 	// /metrics serves; read after the run, when every list has moved).
-	fams, err := cfg.Registry.Gather()
+	fams, err = cfg.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,6 +137,15 @@ func TestLocalRun(t *testing.T) {
 	}
 	if moves["1m"] == 0 || moves["5m"] == 0 {
 		t.Errorf("topk_publish_moves_total by window = %v, want 1m and 5m moves", moves)
+	}
+	// The stages' counters (the fast path runs in this process, on Prism):
+	// every event published was counted, from the Pub/Sub messages pulled.
+	// They are process-global: other tests' runs are in them too.
+	stage := stagemetrics.Values(fams)
+	msgs := stage["topk_stream_source_messages_total/pubsub"] - stageBefore["topk_stream_source_messages_total/pubsub"]
+	counted := stage["topk_stream_events_total/counted"] - stageBefore["topk_stream_events_total/counted"]
+	if msgs == 0 || counted != float64(st.Published) {
+		t.Errorf("stage counters rose by %v messages and %v events counted; want messages pulled and %d events counted", msgs, counted, st.Published)
 	}
 	// Lists of every type and of every kind of scope.
 	types, scopes := map[string]bool{}, map[string]bool{}

@@ -67,6 +67,7 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
 
+	"github.com/topk-dev/topk/internal/stagemetrics"
 	"github.com/topk-dev/topk/schemas"
 	"github.com/topk-dev/topk/transforms/rules"
 	"github.com/topk-dev/topk/transforms/summary"
@@ -480,12 +481,14 @@ func (fn *preaggFn) FinishBundle(ctx context.Context, emit func(beam.EventTime, 
 	badBeacons.Inc(ctx, fn.nBadB)
 	badEvents.Inc(ctx, fn.nBadE)
 	lateDropped.Inc(ctx, fn.nLate)
+	stagemetrics.Preagg(fn.nEvents, fn.nBadB, fn.nBadE, fn.nLate)
 	fn.nEvents, fn.nBadB, fn.nBadE, fn.nLate = 0, 0, 0, 0
 	if fn.filter != nil {
 		st := fn.filter.TakeStats()
 		for r := rules.OK + 1; r < rules.NumReasons; r++ {
 			if n := st.Events[r]; n > 0 {
 				rulesDropped[r].Inc(ctx, int64(n))
+				stagemetrics.RulesDropped(r.String(), int64(n))
 			}
 		}
 		if st.Unchecked > 0 {

@@ -21,6 +21,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+
+	"github.com/topk-dev/topk/internal/stagemetrics"
 )
 
 func init() {
@@ -226,10 +228,11 @@ func (fn *pullFn) ProcessElement(ctx context.Context, we *pullEstimator, rt *str
 			log.Warnf(ctx, "%v (%d messages handed back, retrying in %s)", err, len(msgs), errorResume)
 			return sdf.ResumeProcessingIn(errorResume), nil
 		}
+		emitted += n
+		stagemetrics.SourceMessages("pubsub", n)
 		if stop {
 			return sdf.StopProcessing(), nil
 		}
-		emitted += n
 		rt.setMark(now.UnixNano())
 		last = now.UnixNano()
 		// Checkpoint after BundleTime, or earlier when the ack ids the

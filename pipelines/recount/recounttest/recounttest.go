@@ -3,11 +3,15 @@
 package recounttest
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -82,6 +86,25 @@ func WriteArchive(t testing.TB, root string, hour time.Time, events []schemas.Ev
 		must(t, archive.WriteFile(ctx, dir+"/"+names[i], func(w io.Writer) error { return parquet.Write(w, rows) }))
 	}
 	must(t, archive.WriteFile(ctx, dir+"/"+schemas.ArchiveClosed, func(io.Writer) error { return nil }))
+}
+
+// WriteReplay writes events in time order as NDJSON to a new file and
+// returns its path: the fast path's file source over the same events.
+func WriteReplay(t testing.TB, events []schemas.Event) string {
+	t.Helper()
+	sorted := slices.Clone(events)
+	slices.SortStableFunc(sorted, func(a, b schemas.Event) int { return a.TS.Compare(b.TS) })
+	path := filepath.Join(t.TempDir(), "events.ndjson")
+	f, err := os.Create(path)
+	must(t, err)
+	w := bufio.NewWriter(f)
+	enc := json.NewEncoder(w)
+	for i := range sorted {
+		must(t, enc.Encode(&sorted[i]))
+	}
+	must(t, w.Flush())
+	must(t, f.Close())
+	return path
 }
 
 // Oracle counts events exactly with a plain map, duplicates removed by

@@ -24,8 +24,11 @@ type Grade struct {
 	MaxOvercountVsBound int64 `json:"max_overcount_vs_bound"`
 	// MaxDisplacement100 is the largest |published rank - exact rank| in the
 	// top 100.
-	MaxDisplacement100 int  `json:"max_displacement_100"`
-	Alert              bool `json:"alert"`
+	MaxDisplacement100 int `json:"max_displacement_100"`
+	// UnderCounts is the number of listed items counted below their exact
+	// count: > 0 means a promise was broken.
+	UnderCounts int  `json:"under_counts"`
+	Alert       bool `json:"alert"`
 }
 
 func gradePrefix(hour time.Time) string { return "g#" + HourKey(hour) + "#" }

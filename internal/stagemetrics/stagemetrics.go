@@ -1,0 +1,130 @@
+// Package stagemetrics counts what the fast path's stages do as
+// process-global Prometheus counters, so that a running streaming job can
+// serve them on its --metrics_addr (and the local run on its one /metrics)
+// instead of only reporting Beam counters when the job ends. The DoFns add
+// to them next to their Beam counters, once per bundle where they can.
+//
+//	topk_stream_source_messages_total{source="pubsub"}  messages pulled from Pub/Sub (topk.source/pubsub_messages)
+//	topk_stream_events_total{stage="decoded"}           events read from beacons by the pre-aggregation: counted + late + rules-dropped + invalid
+//	topk_stream_events_total{stage="counted"}           events counted into the lists (topk/events)
+//	topk_stream_late_events_total                       events later than the allowed lateness, left to the exact path (topk/late_dropped)
+//	topk_stream_dead_letters_total{reason}              dead letters: reason "bad_beacon" (a beacon that does not decode; topk/bad_beacons) or "bad_event" (an event that fails validation; topk/bad_events)
+//	topk_stream_rules_dropped_total{reason}             events the countable-event rules drop: duplicate, blocked, bot, repeat, capped (topk/rules_dropped_*)
+//
+// These are what the worker running in this process counted. On Prism (the
+// local run, the streaming command's default runner) and on a portable job
+// server with --environment_type=LOOPBACK the SDK harness runs in the
+// launching process, so they are the job's. On Dataflow or Flink workers
+// that are other processes they read zero in the launcher: there the
+// runner's own Beam metrics (Cloud Monitoring, Flink's reporters) are the
+// source. They count per bundle attempt, so a bundle a runner retries is
+// counted again here (Beam's committed counters are not); the difference is
+// the retried bundles.
+package stagemetrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// Dead-letter reasons.
+const (
+	BadBeacon = "bad_beacon"
+	BadEvent  = "bad_event"
+)
+
+var (
+	messages = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "topk_stream_source_messages_total", Help: "Messages the fast path's source read, by source.",
+	}, []string{"source"})
+	events = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "topk_stream_events_total", Help: "Events through the fast path's stages: decoded (read from beacons) and counted (into the lists).",
+	}, []string{"stage"})
+	late = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "topk_stream_late_events_total", Help: "Events later than the allowed lateness, not counted by the fast path (the exact path counts them).",
+	})
+	deadLetters = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "topk_stream_dead_letters_total", Help: "Dead letters of the fast path, by reason (bad_beacon, bad_event).",
+	}, []string{"reason"})
+	rulesDropped = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "topk_stream_rules_dropped_total", Help: "Events the countable-event rules dropped in the fast path, by rule.",
+	}, []string{"reason"})
+
+	decoded = events.WithLabelValues("decoded")
+	counted = events.WithLabelValues("counted")
+)
+
+func init() {
+	// Every series exists from the start: a rate over a counter that
+	// appears late misses its first increase.
+	deadLetters.WithLabelValues(BadBeacon)
+	deadLetters.WithLabelValues(BadEvent)
+	messages.WithLabelValues("pubsub")
+}
+
+// Collector serves every stage counter; register it once per registry.
+func Collector() prometheus.Collector { return collector{} }
+
+type collector struct{}
+
+func (collector) all() []prometheus.Collector {
+	return []prometheus.Collector{messages, events, late, deadLetters, rulesDropped}
+}
+
+func (c collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, x := range c.all() {
+		x.Describe(ch)
+	}
+}
+
+func (c collector) Collect(ch chan<- prometheus.Metric) {
+	for _, x := range c.all() {
+		x.Collect(ch)
+	}
+}
+
+// Preagg adds one bundle of the pre-aggregation: events counted, beacons
+// and events dead-lettered, events dropped as late.
+func Preagg(countedEvents, badBeacons, badEvents, lateEvents int64) {
+	counted.Add(float64(countedEvents))
+	decoded.Add(float64(countedEvents + badEvents + lateEvents))
+	deadLetters.WithLabelValues(BadBeacon).Add(float64(badBeacons))
+	deadLetters.WithLabelValues(BadEvent).Add(float64(badEvents))
+	late.Add(float64(lateEvents))
+}
+
+// RulesDropped adds n events the rule named reason dropped (they were
+// decoded, and not counted).
+func RulesDropped(reason string, n int64) {
+	rulesDropped.WithLabelValues(reason).Add(float64(n))
+	decoded.Add(float64(n))
+}
+
+// SourceMessages adds n messages read by source ("pubsub").
+func SourceMessages(source string, n int) {
+	messages.WithLabelValues(source).Add(float64(n))
+}
+
+// Values flattens gathered counters and gauges to "name/labelvalue/..."
+// (label values in the family's label order) -> value: what tests and
+// tools compare against.
+func Values(fams []*dto.MetricFamily) map[string]float64 {
+	out := map[string]float64{}
+	for _, f := range fams {
+		for _, m := range f.GetMetric() {
+			k := f.GetName()
+			for _, l := range m.GetLabel() {
+				k += "/" + l.GetValue()
+			}
+			switch {
+			case m.GetCounter() != nil:
+				out[k] = m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				out[k] = m.GetGauge().GetValue()
+			case m.GetUntyped() != nil:
+				out[k] = m.GetUntyped().GetValue()
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,35 @@
+package stagemetrics
+
+import (
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// A bundle's counts land in their series: decoded is counted + late +
+// invalid + rules-dropped; a bad beacon is a dead letter, not an event.
+func TestPreaggAndRules(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(Collector())
+	Preagg(100, 2, 3, 4)
+	RulesDropped("duplicate", 5)
+	SourceMessages("pubsub", 7)
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := Values(fams)
+	for k, want := range map[string]float64{
+		"topk_stream_events_total/decoded":          112,
+		"topk_stream_events_total/counted":          100,
+		"topk_stream_late_events_total":             4,
+		"topk_stream_dead_letters_total/bad_beacon": 2,
+		"topk_stream_dead_letters_total/bad_event":  3,
+		"topk_stream_rules_dropped_total/duplicate": 5,
+		"topk_stream_source_messages_total/pubsub":  7,
+	} {
+		if got[k] != want {
+			t.Errorf("%s = %v, want %v (all: %v)", k, got[k], want, got)
+		}
+	}
+}
