@@ -33,10 +33,21 @@ func cutTop(dst, es []Entry, n int, floor uint64) ([]Entry, uint64) {
 		}
 	}
 	if n <= 0 || eligible <= n {
-		for i := range es {
-			if es[i].Hi >= floor {
-				dst = append(dst, es[i])
+		if eligible == len(es) {
+			return append(dst, es...), dropped // copy (or memmove in place)
+		}
+		// Copy runs of kept entries, not one entry at a time.
+		for i := 0; i < len(es); {
+			if es[i].Hi < floor {
+				i++
+				continue
 			}
+			j := i + 1
+			for j < len(es) && es[j].Hi >= floor {
+				j++
+			}
+			dst = append(dst, es[i:j]...)
+			i = j
 		}
 		return dst, dropped
 	}
