@@ -104,3 +104,32 @@ func TestNthLargest(t *testing.T) {
 		}
 	}
 }
+
+// An item in two parts is listed once, the higher-ranked entry kept.
+func TestUnionListsAnItemOnce(t *testing.T) {
+	enc := func(counts map[string]uint64) []byte {
+		c := NewCounter(0)
+		for it, n := range counts {
+			c.Add(it, Hash(it), n)
+		}
+		b, err := c.Summary(Config{N: 10}).MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	var u Union
+	for _, b := range [][]byte{enc(map[string]uint64{"a": 5, "b": 3}), enc(map[string]uint64{"a": 7, "c": 1}), enc(map[string]uint64{"b": 3})} {
+		if err := u.AddEncoded(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ans := u.Answer(10)
+	var got []string
+	for _, e := range ans.Entries {
+		got = append(got, fmt.Sprintf("%s=%d", e.Item, e.Hi))
+	}
+	if want := []string{"a=7", "b=3", "c=1"}; !slices.Equal(got, want) {
+		t.Fatalf("answer %v, want %v", got, want)
+	}
+}
