@@ -92,6 +92,8 @@ type buildListsFn struct {
 	MinCounts []uint64
 	K, Margin int
 	Rules     string
+
+	free []*summary.Union // reused across elements
 }
 
 func (fn *buildListsFn) ProcessElement(w typex.Window, key string, values func(*[]byte) bool, emit func(string, []byte)) error {
@@ -105,41 +107,52 @@ func (fn *buildListsFn) ProcessElement(w typex.Window, key string, values func(*
 		return fmt.Errorf("merge: result key %q", key)
 	}
 	limit := fn.K + fn.Margin
-	parts := map[string][]*summary.Summary{}
+	// One Union per list: the partitions' entries are decoded straight into
+	// it and ranked once (no merged summary in key order in between).
+	unions := map[string]*summary.Union{}
+	defer func() {
+		for _, u := range unions {
+			u.Reset()
+			fn.free = append(fn.free, u)
+		}
+	}()
 	var b []byte
 	for values(&b) {
 		err := summary.EachInSet(b, func(list string, smb []byte) error {
-			sm, err := summary.Unmarshal(smb)
-			if err != nil {
-				return err
+			u := unions[list]
+			if u == nil {
+				if n := len(fn.free); n > 0 {
+					u, fn.free = fn.free[n-1], fn.free[:n-1]
+				} else {
+					u = new(summary.Union)
+				}
+				unions[list] = u
 			}
-			parts[list] = append(parts[list], sm)
-			return nil
+			return u.AddEncoded(smb)
 		})
 		if err != nil {
 			return fmt.Errorf("merge %q: %w", key, err)
 		}
 	}
 	asOf := iw.End.ToTime().UTC()
-	lists := make(map[string]*summary.Summary, len(parts))
-	for list, ps := range parts {
-		// Each item lives in one partition: the union of the partitions'
-		// entries, one selection of the first limit.
-		lists[list] = summary.UnionKeys(ps, limit)
-	}
-	for _, list := range slices.Sorted(maps.Keys(lists)) {
+	var out []byte
+	for _, list := range slices.Sorted(maps.Keys(unions)) {
 		typ, scope, _ := strings.Cut(list, "\x00")
 		minCount := fn.MinCounts[wi]
 		if scope == schemas.ScopeGlobal {
 			minCount = 0
 		}
-		l := BuildMin(lists[list], schemas.ListKey{Type: typ, Scope: scope, Window: schemas.Window(name)}, asOf, fn.K, limit, minCount)
+		// Each item lives in one partition: the union of the partitions'
+		// entries, one selection of the first limit.
+		u := unions[list]
+		ans := u.Answer(limit)
+		l := fromAnswer(ans, len(ans.Entries), u.Theta, u.Total, schemas.ListKey{Type: typ, Scope: scope, Window: schemas.Window(name)}, asOf, fn.K, minCount)
 		l.Rules = fn.Rules
-		out, err := schemas.MarshalList(l)
-		if err != nil {
+		var err error
+		if out, err = AppendListJSON(out[:0], l); err != nil {
 			return fmt.Errorf("merge %q: %w", list, err)
 		}
-		emit(l.Key().String(), out)
+		emit(l.Key().String(), slices.Clone(out))
 	}
 	return nil
 }
@@ -201,15 +214,20 @@ func Build(sm *summary.Summary, key schemas.ListKey, asOf time.Time, k, n int) *
 // fewer items qualify, and Theta, the bound of everything left out, is below
 // the minimum.
 func BuildMin(sm *summary.Summary, key schemas.ListKey, asOf time.Time, k, n int, minCount uint64) *schemas.List {
-	ans := sm.Answer(n)
+	return fromAnswer(sm.Answer(n), len(sm.Entries), sm.Theta, sm.Total, key, asOf, k, minCount)
+}
+
+// fromAnswer is BuildMin from the ranked answer of a summary of tracked
+// entries, bound theta on the rest and total.
+func fromAnswer(ans summary.Answer, tracked int, theta, total uint64, key schemas.ListKey, asOf time.Time, k int, minCount uint64) *schemas.List {
 	l := &schemas.List{
 		Type: key.Type, Scope: key.Scope, Window: key.Window,
 		AsOf:         asOf,
 		MaxOvercount: ans.MaxOvercount,
 		CertifiedK:   ans.CertifiedK,
-		Complete:     ans.CertifiedK >= k || (ans.CertifiedK == len(sm.Entries) && sm.Theta < max(minCount, 1)),
+		Complete:     ans.CertifiedK >= k || (ans.CertifiedK == tracked && theta < max(minCount, 1)),
 		Version:      asOf.Unix(),
-		Total:        sm.Total,
+		Total:        total,
 		Items:        make([]schemas.Entry, len(ans.Entries)),
 	}
 	for i, e := range ans.Entries {

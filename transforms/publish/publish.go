@@ -23,7 +23,9 @@ package publish
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -97,6 +99,7 @@ type publishFn struct {
 
 	client *redis.Client
 	pub    *liststore.Publisher
+	dirs   map[string]bool // list directories made (a stat saved per list)
 }
 
 func (fn *publishFn) Setup() {
@@ -122,7 +125,7 @@ func (fn *publishFn) Teardown() {
 // from its header (schemas.ListHeader), and checks the key matches the
 // element's.
 func decodeBlob(key string, blob []byte) (schemas.ListKey, int64, time.Time, error) {
-	k, version, asOf, err := schemas.ListHeader(blob)
+	k, version, asOf, err := listHeader(blob)
 	if err == nil && k.String() != key {
 		err = fmt.Errorf("blob of %s under key %q", k, key)
 	}
@@ -142,12 +145,35 @@ func (fn *publishFn) ProcessElement(ctx context.Context, key string, blob []byte
 	}
 	if fn.ListsOut != "" {
 		dir := filepath.Join(fn.ListsOut, k.Type, k.Scope, string(k.Window))
-		if err := writeFileAtomic(dir, strconv.FormatInt(asOf.UnixMilli(), 10)+".json", blob); err != nil {
+		if err := fn.writeList(dir, strconv.FormatInt(asOf.UnixMilli(), 10)+".json", blob); err != nil {
 			return fmt.Errorf("publish %s: %w", key, err)
 		}
 	}
 	listsPublished.Inc(ctx, 1)
 	return nil
+}
+
+// writeList writes a list file, making its directory the first time (and
+// again if it was removed since).
+func (fn *publishFn) writeList(dir, name string, blob []byte) error {
+	if !fn.dirs[dir] {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		if fn.dirs == nil {
+			fn.dirs = map[string]bool{}
+		}
+		fn.dirs[dir] = true
+	}
+	err := writeFileAtomic(dir, name, blob)
+	if errors.Is(err, fs.ErrNotExist) {
+		delete(fn.dirs, dir)
+		if err = os.MkdirAll(dir, 0o755); err == nil {
+			fn.dirs[dir] = true
+			err = writeFileAtomic(dir, name, blob)
+		}
+	}
+	return err
 }
 
 // FinishBundle publishes the bundle's lists, waiting out a Redis outage
@@ -161,12 +187,10 @@ func (fn *publishFn) FinishBundle(ctx context.Context, _ func(string, int64)) er
 	return err
 }
 
-// writeFileAtomic writes name in dir via a temporary file and a rename, so a
-// reader never sees half a file and a replay overwrites with the same bytes.
+// writeFileAtomic writes name in dir (which exists) via a temporary file and
+// a rename, so a reader never sees half a file and a replay overwrites with
+// the same bytes.
 func writeFileAtomic(dir, name string, data []byte) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
 	tmp, err := os.CreateTemp(dir, "."+name+".*")
 	if err != nil {
 		return err

@@ -365,23 +365,20 @@ func (fn *windowsFn) OnTimer(ctx context.Context, ts beam.EventTime, sp state.Pr
 		e.mu.Unlock()
 		return nil // a slide armed twice
 	}
-	type group struct {
-		keys []string
-		sums []*summary.Summary
-	}
-	groups := map[string]*group{}
+	// Fire reports lists in key order: each result is encoded into its
+	// group's set as it comes, and its summary reused for the next.
+	groups := map[string]*summary.SetWriter{}
 	var closed []Closed
 	merges := st.Merges
+	st.ShareResults = true
 	err = st.Fire(end, func(r Result) error {
 		k := ResultKey(fn.Windows[r.Window].Name, int(summary.Hash(r.List)%uint64(fn.Shards)))
 		g := groups[k]
 		if g == nil {
-			g = &group{}
+			g = new(summary.SetWriter)
 			groups[k] = g
 		}
-		g.keys = append(g.keys, r.List)
-		g.sums = append(g.sums, r.Summary)
-		return nil
+		return g.Add(r.List, r.Summary)
 	}, func(c Closed) error {
 		closed = append(closed, c)
 		return nil
@@ -393,12 +390,7 @@ func (fn *windowsFn) OnTimer(ctx context.Context, ts beam.EventTime, sp state.Pr
 	slides.Inc(ctx, 1)
 	mergesCount.Inc(ctx, int64(st.Merges-merges))
 	for k, g := range groups {
-		b, err := summary.AppendSet(nil, g.keys, g.sums)
-		if err != nil {
-			e.mu.Unlock()
-			return err
-		}
-		emit(beam.EventTime(end-1), k, b)
+		emit(beam.EventTime(end-1), k, g.AppendTo(nil))
 	}
 	written := map[int64]bool{}
 	for _, c := range closed {

@@ -103,6 +103,11 @@ type State struct {
 	fired  int64 // the last slide end fired (Unix ms); 0: none
 	// Merges counts summary merges (for tests and benchmarks).
 	Merges int
+	// ShareResults makes Fire cut every Result's summary into one reused
+	// summary, valid only until the result callback returns (a caller
+	// that encodes each result at once saves a copy per list and window).
+	ShareResults bool
+	cut          summary.Summary
 }
 
 type list struct {
@@ -299,7 +304,13 @@ func (st *State) Fire(end int64, result func(Result) error, closed func(Closed) 
 			if !isGlobal(key) {
 				floorCount = w.MinCount
 			}
-			if err := result(Result{Window: wi, List: key, Summary: sm.Top(st.cfg.Limit, floorCount)}); err != nil {
+			cut := &st.cut
+			if st.ShareResults {
+				sm.TopInto(cut, st.cfg.Limit, floorCount)
+			} else {
+				cut = sm.Top(st.cfg.Limit, floorCount)
+			}
+			if err := result(Result{Window: wi, List: key, Summary: cut}); err != nil {
 				return err
 			}
 		}

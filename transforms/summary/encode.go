@@ -59,6 +59,12 @@ func (sm *Summary) AppendBinary(dst []byte) ([]byte, error) {
 // bytes give an error, never a panic, and never an allocation larger than the
 // input justifies; after an error sm's sketch cells are unspecified.
 func (sm *Summary) UnmarshalBinary(data []byte) error {
+	return sm.unmarshal(data, func(ne int) []Entry { return grow(sm.Entries, ne) })
+}
+
+// unmarshal is UnmarshalBinary decoding the entries into entries(E), a
+// slice of length E (checked against the input's size before the call).
+func (sm *Summary) unmarshal(data []byte, entries func(ne int) []Entry) error {
 	d := decoder{data: data}
 	if len(data) < 3 || data[0] != magic0 || data[1] != magic1 {
 		return fmt.Errorf("%w: missing TS magic", ErrCorrupt)
@@ -86,7 +92,7 @@ func (sm *Summary) UnmarshalBinary(data []byte) error {
 	}
 	// Reuse sm's buffers: the streaming merges decode thousands of summaries
 	// into one scratch value.
-	out := Summary{N: int(n), Total: total, Theta: theta, Entries: grow(sm.Entries, int(ne))}
+	out := Summary{N: int(n), Total: total, Theta: theta, Entries: entries(int(ne))}
 	oldSketch := sm.Sketch
 	for i := range out.Entries {
 		l := d.uvarint()

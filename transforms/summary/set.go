@@ -38,23 +38,55 @@ func AppendSet(dst []byte, keys []string, sums []*Summary) ([]byte, error) {
 		}
 		return 0
 	})
-	dst = append(dst, setMagic0, setMagic1, setVersion)
-	dst = binary.AppendUvarint(dst, uint64(len(keys)))
-	var buf []byte
-	for j, i := range idx {
-		if j > 0 && keys[idx[j-1]] == keys[i] {
-			return nil, fmt.Errorf("summary set: key %q twice", keys[i])
-		}
-		dst = binary.AppendUvarint(dst, uint64(len(keys[i])))
-		dst = append(dst, keys[i]...)
-		var err error
-		if buf, err = sums[i].AppendBinary(buf[:0]); err != nil {
+	var w SetWriter
+	for _, i := range idx {
+		if err := w.Add(keys[i], sums[i]); err != nil {
 			return nil, err
 		}
-		dst = binary.AppendUvarint(dst, uint64(len(buf)))
-		dst = append(dst, buf...)
 	}
-	return dst, nil
+	return w.AppendTo(dst), nil
+}
+
+// SetWriter encodes a set (AppendSet's format) one member at a time, in
+// ascending key order, so a caller that produces summaries in key order
+// can encode each one as it comes and reuse it. The zero value is empty.
+type SetWriter struct {
+	n    int
+	last string
+	body []byte
+	buf  []byte
+}
+
+// Add appends a member; key must be above every key added before.
+func (w *SetWriter) Add(key string, sm *Summary) error {
+	if w.n > 0 && key <= w.last {
+		if key == w.last {
+			return fmt.Errorf("summary set: key %q twice", key)
+		}
+		return fmt.Errorf("summary set: key %q after %q", key, w.last)
+	}
+	var err error
+	if w.buf, err = sm.AppendBinary(w.buf[:0]); err != nil {
+		return err
+	}
+	w.body = binary.AppendUvarint(w.body, uint64(len(key)))
+	w.body = append(w.body, key...)
+	w.body = binary.AppendUvarint(w.body, uint64(len(w.buf)))
+	w.body = append(w.body, w.buf...)
+	w.n++
+	w.last = key
+	return nil
+}
+
+// Len is the number of members added.
+func (w *SetWriter) Len() int { return w.n }
+
+// AppendTo appends the encoded set to dst.
+func (w *SetWriter) AppendTo(dst []byte) []byte {
+	dst = slices.Grow(dst, len(w.body)+3+binary.MaxVarintLen64)
+	dst = append(dst, setMagic0, setMagic1, setVersion)
+	dst = binary.AppendUvarint(dst, uint64(w.n))
+	return append(dst, w.body...)
 }
 
 // EachInSet calls f with every member of an encoded set in key order. The
@@ -114,17 +146,23 @@ func EachInSet(data []byte, f func(key string, sm []byte) error) error {
 // too). The bounds stay valid: every dropped item is now untracked with
 // count <= its hi <= Theta. The sketch is dropped (lists do not use it).
 func (sm *Summary) Top(n int, floor uint64) *Summary {
-	out := &Summary{N: sm.N, Total: sm.Total, Theta: sm.Theta}
-	out.Entries = make([]Entry, 0, len(sm.Entries))
-	for _, e := range sm.Entries {
-		if e.Hi < floor {
-			out.Theta = max(out.Theta, e.Hi)
-			continue
-		}
-		out.Entries = append(out.Entries, e)
-	}
-	if n > 0 {
-		out.truncate(n)
-	}
+	out := new(Summary)
+	sm.TopInto(out, n, floor)
 	return out
+}
+
+// TopInto is Top into out, reusing out's entries (out must not be sm).
+func (sm *Summary) TopInto(out *Summary, n int, floor uint64) {
+	c := len(sm.Entries)
+	if n > 0 {
+		c = min(c, n)
+	}
+	es := out.Entries[:0]
+	if cap(es) < c {
+		es = make([]Entry, 0, c)
+	}
+	var dropped uint64
+	*out = Summary{N: sm.N, Total: sm.Total, Theta: sm.Theta}
+	out.Entries, dropped = cutTop(es, sm.Entries, n, floor)
+	out.Theta = max(out.Theta, dropped)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // Config fixes a summary's size. Zero values are not defaults: use
@@ -160,7 +161,19 @@ var ErrMismatch = errors.New("summary shapes differ")
 // The result has a's N; sketches must have the same shape. If only one side
 // has a sketch, the result has none (unless the other side is empty).
 func MergeEvents(a, b *Summary) (*Summary, error) {
-	out := a.withN(a.N)
+	if a.empty() || b.empty() {
+		out := a.withN(a.N)
+		if err := out.mergeEvents(b, nil); err != nil {
+			return nil, err
+		}
+		return out, nil
+	}
+	// mergeEvents only reads the receiver's entries and replaces them with
+	// a new slice: share a's instead of copying them first.
+	out := &Summary{N: a.N, Total: a.Total, Theta: a.Theta, Entries: a.Entries}
+	if a.Sketch != nil {
+		out.Sketch = a.Sketch.Clone()
+	}
 	if err := out.mergeEvents(b, nil); err != nil {
 		return nil, err
 	}
@@ -181,8 +194,16 @@ func (sm *Summary) mergeEvents(b *Summary, buf *[]Entry) error {
 		return nil
 	}
 	var merged []Entry
+	var pooled *[]Entry
 	if buf != nil {
 		merged = (*buf)[:0]
+	} else {
+		// Merge into pooled scratch and keep an exact-size copy of what
+		// survives the cut: one allocation of at most N entries, where a
+		// new slice of both sides' length was allocated (zeroed) and kept
+		// at twice the size it needs.
+		pooled = mergeScratch.Get().(*[]Entry)
+		merged = (*pooled)[:0]
 	}
 	merged = slices.Grow(merged, len(sm.Entries)+len(b.Entries))
 	a := sm
@@ -231,13 +252,22 @@ func (sm *Summary) mergeEvents(b *Summary, buf *[]Entry) error {
 	if buf != nil {
 		// Swap buffers: the old entries become the next call's scratch.
 		*buf, a.Entries = a.Entries, merged
-	} else {
-		a.Entries = merged
+		a.tighten()
+		a.truncate(a.N)
+		return nil
 	}
+	a.Entries = merged
 	a.tighten()
-	a.truncate(a.N)
+	var dropped uint64
+	a.Entries, dropped = cutTop(make([]Entry, 0, min(len(merged), a.N)), merged, a.N, 0)
+	a.Theta = max(a.Theta, dropped)
+	*pooled = merged[:0] // its item strings stay reachable until reused: bounded by the pool
+	mergeScratch.Put(pooled)
 	return nil
 }
+
+// mergeScratch holds the buffers mergeEvents merges into without a Merger.
+var mergeScratch = sync.Pool{New: func() any { return new([]Entry) }}
 
 // Merger accumulates encoded summaries of disjoint event sets (the streaming
 // merges' inner loop), decoding each into one reused scratch summary and
@@ -371,13 +401,11 @@ func (sm *Summary) truncate(n int) {
 	if len(sm.Entries) <= n {
 		return
 	}
-	selectTop(sm.Entries, n, cmpRank)
-	for _, e := range sm.Entries[n:] {
-		sm.Theta = max(sm.Theta, e.Hi)
-	}
-	// Keep the capacity: the Merger reuses it as scratch for the next merge.
-	sm.Entries = sm.Entries[:n]
-	sm.sortByKey()
+	// In place, keeping key order and the capacity: the Merger reuses it
+	// as scratch for the next merge.
+	var dropped uint64
+	sm.Entries, dropped = cutTop(sm.Entries[:0], sm.Entries, n, 0)
+	sm.Theta = max(sm.Theta, dropped)
 }
 
 // Answer is a ranked read of a summary.
@@ -397,6 +425,12 @@ type Answer struct {
 func (sm *Summary) Answer(n int) Answer {
 	ranked := slices.Clone(sm.Entries)
 	slices.SortFunc(ranked, cmpRank)
+	return answerRanked(ranked, sm.Theta, n)
+}
+
+// answerRanked is Answer over entries already in rank order, every tracked
+// entry, with theta the bound of every untracked item.
+func answerRanked(ranked []Entry, theta uint64, n int) Answer {
 	if n > len(ranked) {
 		n = len(ranked)
 	}
@@ -406,7 +440,7 @@ func (sm *Summary) Answer(n int) Answer {
 		e := &ranked[k-1]
 		ans.MaxOvercount = max(ans.MaxOvercount, e.Hi-e.Lo)
 		minLo = min(minLo, e.Lo)
-		outside := sm.Theta
+		outside := theta
 		if k < len(ranked) {
 			outside = max(outside, ranked[k].Hi)
 		}

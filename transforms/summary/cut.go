@@ -1,0 +1,158 @@
+package summary
+
+import (
+	"slices"
+	"sync"
+)
+
+// his is scratch space for cutTop's selection over hi values.
+var his = sync.Pool{New: func() any { return new([]uint64) }}
+
+// cutTop appends to dst, in their order in es, the entries of es whose hi is
+// at least floor and that are among the first n of those in rank order
+// (cmpRank; n <= 0: no limit), and returns it with the largest hi left out
+// (0 if none). dst may be es[:0]: entries are only moved towards the front.
+//
+// It picks exactly the set selectTop(·, n, cmpRank) puts first, without
+// reordering es: the n-th largest hi h is found from the hi values alone (a
+// selection over 8-byte integers, not over 40-byte entries compared through
+// their items), every entry above h is kept, and only the entries tied at h are
+// ranked (lo descending, item ascending) to fill the rest. So the cut keeps
+// key order and needs no sort afterwards.
+func cutTop(dst, es []Entry, n int, floor uint64) ([]Entry, uint64) {
+	var dropped uint64
+	eligible := len(es)
+	if floor > 0 {
+		eligible = 0
+		for i := range es {
+			if es[i].Hi >= floor {
+				eligible++
+			} else {
+				dropped = max(dropped, es[i].Hi)
+			}
+		}
+	}
+	if n <= 0 || eligible <= n {
+		if eligible == len(es) {
+			return append(dst, es...), dropped // copy (or memmove in place)
+		}
+		// Copy runs of kept entries, not one entry at a time.
+		for i := 0; i < len(es); {
+			if es[i].Hi < floor {
+				i++
+				continue
+			}
+			j := i + 1
+			for j < len(es) && es[j].Hi >= floor {
+				j++
+			}
+			dst = append(dst, es[i:j]...)
+			i = j
+		}
+		return dst, dropped
+	}
+	// h: the n-th largest hi among the eligible entries.
+	p := his.Get().(*[]uint64)
+	hs := (*p)[:0]
+	for i := range es {
+		if es[i].Hi >= floor {
+			hs = append(hs, es[i].Hi)
+		}
+	}
+	h := nthLargest(hs, n)
+	*p = hs
+	his.Put(p)
+	// Every entry above h is in; fill the rest from the ties at h in rank
+	// order.
+	above, ties := 0, 0
+	for i := range es {
+		switch hi := es[i].Hi; {
+		case hi > h:
+			above++
+		case hi == h:
+			ties++
+		case hi >= floor:
+			dropped = max(dropped, hi)
+		}
+	}
+	need := n - above
+	var keepTie []int // indices of the ties kept, ascending; nil: all ties kept
+	if ties > need {
+		dropped = max(dropped, h)
+		idx := make([]int, 0, ties)
+		for i := range es {
+			if es[i].Hi == h {
+				idx = append(idx, i)
+			}
+		}
+		// A selection, not a sort: the ties of a small count can be
+		// thousands of entries.
+		selectTop(idx, need, func(a, b int) int { return cmpRank(es[a], es[b]) })
+		keepTie = idx[:need]
+		slices.Sort(keepTie)
+	}
+	t := 0
+	for i := range es {
+		e := es[i]
+		switch {
+		case e.Hi > h:
+		case e.Hi < h:
+			continue
+		case keepTie == nil:
+		case t < len(keepTie) && keepTie[t] == i:
+			t++
+		default:
+			continue
+		}
+		dst = append(dst, e)
+	}
+	return dst, dropped
+}
+
+// nthLargest returns the n-th largest of xs (1 <= n <= len(xs)), reordering
+// xs: a quickselect with a three-way partition, so the long runs of equal
+// small counts a summary holds end a round instead of degrading it.
+func nthLargest(xs []uint64, n int) uint64 {
+	k := n - 1 // its index in descending order
+	lo, hi := 0, len(xs)
+	for depth := 0; hi-lo > 16; depth++ {
+		if depth > 64 { // pathological pivots: finish with a sort
+			break
+		}
+		a, b, c := xs[lo], xs[lo+(hi-lo)/2], xs[hi-1]
+		p := max(min(a, b), min(max(a, b), c)) // median of three
+		// xs[lo:gt] > p, xs[gt:i] == p, xs[lt:hi] < p
+		gt, i, lt := lo, lo, hi
+		for i < lt {
+			switch x := xs[i]; {
+			case x > p:
+				xs[gt], xs[i] = xs[i], xs[gt]
+				gt++
+				i++
+			case x < p:
+				lt--
+				xs[lt], xs[i] = xs[i], xs[lt]
+			default:
+				i++
+			}
+		}
+		switch {
+		case k < gt:
+			hi = gt
+		case k < lt:
+			return p
+		default:
+			lo = lt
+		}
+	}
+	slices.SortFunc(xs[lo:hi], func(a, b uint64) int {
+		switch {
+		case a > b:
+			return -1
+		case a < b:
+			return 1
+		}
+		return 0
+	})
+	return xs[k]
+}
