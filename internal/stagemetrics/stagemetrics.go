@@ -10,6 +10,8 @@
 //	topk_stream_late_events_total                       events later than the allowed lateness, left to the exact path (topk/late_dropped)
 //	topk_stream_dead_letters_total{reason}              dead letters: reason "bad_beacon" (a beacon that does not decode; topk/bad_beacons) or "bad_event" (an event that fails validation; topk/bad_events)
 //	topk_stream_rules_dropped_total{reason}             events the countable-event rules drop: duplicate, blocked, bot, repeat, capped (topk/rules_dropped_*)
+//	topk_stream_recovery_log_messages_total{op}         recovery log (internal/recoverylog): "logged" (written before the ack), "replayed" (by a restarted run), "already_logged" (a redelivery or a second copy of a beacon: acknowledged, not counted)
+//	topk_stream_recovery_log_last_write_timestamp_seconds  when the recovery log was last written: the checkpoint age is time() minus this
 //
 // These are what the worker running in this process counted. On Prism (the
 // local run, the streaming command's default runner) and on a portable job
@@ -50,6 +52,13 @@ var (
 		Name: "topk_stream_rules_dropped_total", Help: "Events the countable-event rules dropped in the fast path, by rule.",
 	}, []string{"reason"})
 
+	recoveryLog = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "topk_stream_recovery_log_messages_total", Help: "Pub/Sub messages through the recovery log: logged, replayed, already_logged.",
+	}, []string{"op"})
+	recoveryLogWrite = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "topk_stream_recovery_log_last_write_timestamp_seconds", Help: "Unix time of the recovery log's last write (0: never in this process).",
+	})
+
 	decoded = events.WithLabelValues("decoded")
 	counted = events.WithLabelValues("counted")
 )
@@ -68,7 +77,7 @@ func Collector() prometheus.Collector { return collector{} }
 type collector struct{}
 
 func (collector) all() []prometheus.Collector {
-	return []prometheus.Collector{messages, events, late, deadLetters, rulesDropped}
+	return []prometheus.Collector{messages, events, late, deadLetters, rulesDropped, recoveryLog, recoveryLogWrite}
 }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
@@ -103,6 +112,15 @@ func RulesDropped(reason string, n int64) {
 // SourceMessages adds n messages read by source ("pubsub").
 func SourceMessages(source string, n int) {
 	messages.WithLabelValues(source).Add(float64(n))
+}
+
+// RecoveryLog adds n messages to the recovery log's op ("logged",
+// "replayed", "already_logged"); "logged" also stamps the last write.
+func RecoveryLog(op string, n int) {
+	recoveryLog.WithLabelValues(op).Add(float64(n))
+	if op == "logged" && n > 0 {
+		recoveryLogWrite.SetToCurrentTime()
+	}
 }
 
 // Values flattens gathered counters and gauges to "name/labelvalue/..."

@@ -2,6 +2,7 @@ package stagemetrics
 
 import (
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -31,5 +32,30 @@ func TestPreaggAndRules(t *testing.T) {
 		if got[k] != want {
 			t.Errorf("%s = %v, want %v (all: %v)", k, got[k], want, got)
 		}
+	}
+}
+
+// The recovery log's counters by op, and its last write stamped by a
+// write only (the checkpoint age an operator alerts on).
+func TestRecoveryLog(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(Collector())
+	RecoveryLog("replayed", 4)
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := Values(fams); got["topk_stream_recovery_log_last_write_timestamp_seconds"] != 0 || got["topk_stream_recovery_log_messages_total/replayed"] != 4 {
+		t.Fatalf("after a replay: %v; want 4 replayed and no write yet", got)
+	}
+	before := float64(time.Now().Unix())
+	RecoveryLog("logged", 3)
+	fams, err = reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := Values(fams)
+	if got["topk_stream_recovery_log_messages_total/logged"] != 3 || got["topk_stream_recovery_log_last_write_timestamp_seconds"] < before {
+		t.Fatalf("after a write: %v; want 3 logged and the write stamped", got)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/log"
 
 	"github.com/topk-dev/topk/internal/recoverylog"
+	"github.com/topk-dev/topk/internal/stagemetrics"
 )
 
 // RecoveryLog configures the Pub/Sub reader's recovery log
@@ -134,6 +135,7 @@ func (fn *pullFn) logAndEmit(ctx context.Context, we *pullEstimator, rt *streamT
 	}
 	if len(done) > 0 {
 		pubsubAlreadyLogged.Inc(ctx, int64(len(done)))
+		stagemetrics.RecoveryLog("already_logged", len(done))
 		fn.ack(ctx, done)
 	}
 	if len(fresh) == 0 {
@@ -149,6 +151,7 @@ func (fn *pullFn) logAndEmit(ctx context.Context, we *pullEstimator, rt *streamT
 		acks[i] = freshMsgs[i].GetAckId()
 	}
 	pubsubLogged.Inc(ctx, int64(len(fresh)))
+	stagemetrics.RecoveryLog("logged", len(fresh))
 	pubsubMessages.Inc(ctx, int64(len(fresh)))
 	fn.ack(ctx, acks)
 	return len(fresh), stop, nil
@@ -182,6 +185,7 @@ func (fn *pullFn) replay(ctx context.Context, we *pullEstimator, rt *streamTrack
 			}
 			emit(fn.clamp(we, mtime.Time(rec.TS)), rec.Data)
 			pubsubReplayed.Inc(ctx, 1)
+			stagemetrics.RecoveryLog("replayed", 1)
 			at, after = rec.Publish, rec.ID
 			rt.setReplay(at, after, 1, false)
 		}
