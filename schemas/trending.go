@@ -37,7 +37,11 @@ type Trending struct {
 	// start reports what the job has seen.
 	BaselineHours int `json:"baseline_hours"`
 	// Counts is CountsEvents or CountsUsers.
-	Counts  string       `json:"counts"`
+	Counts string `json:"counts"`
+	// Rules is the version of the countable-event rules behind the counts
+	// (the 5-minute list's List.Rules), so trending is compared like with
+	// like.
+	Rules   string       `json:"rules,omitempty"`
 	Version int64        `json:"version"`
 	Stale   bool         `json:"stale"`
 	Items   []TrendEntry `json:"items"`

@@ -30,6 +30,7 @@ import (
 	"github.com/topk-dev/topk/transforms/slide"
 	"github.com/topk-dev/topk/transforms/source"
 	"github.com/topk-dev/topk/transforms/stitch"
+	"github.com/topk-dev/topk/transforms/trend/trendbeam"
 )
 
 // Config is the whole fast path's configuration.
@@ -59,6 +60,9 @@ type Config struct {
 	// (transforms/trend), published next to them; with Long, older
 	// history comes from the exact tables.
 	Trending bool
+	// Trend configures the trending step (its Store is set from Exact when
+	// Long is on: older history from the exact tables).
+	Trend trendbeam.Config
 	// Shards is the list merge's parallelism per window (0: 4).
 	Shards int
 	// Durable keeps the windows' panes in Beam state, so a partition's
@@ -83,6 +87,7 @@ func DefaultConfig() Config {
 		},
 		Durable:  true,
 		Trending: true,
+		Trend:    trendbeam.DefaultConfig(),
 	}
 }
 
@@ -104,6 +109,11 @@ func (c Config) validateAfterSource() error {
 	}
 	if len(c.Windows) == 0 {
 		return errors.New("no windows to publish")
+	}
+	if c.Trending {
+		if err := c.Trend.Validate(); err != nil {
+			return fmt.Errorf("trending: %w", err)
+		}
 	}
 	if c.Shards < 0 || c.Shards > 1024 {
 		return fmt.Errorf("shards %d outside [0, 1024]", c.Shards)
@@ -168,11 +178,11 @@ func buildFrom(s beam.Scope, beacons, srcDead beam.PCollection, cfg Config) erro
 	lists := merge.Lists(s, results, cfg.Preagg.Bucket, mw, cfg.Lists)
 	publish.Lists(s, lists, cfg.Publish)
 	if cfg.Trending && slices.Contains(cfg.Windows, schemas.Window5m) {
-		var exact stitch.StoreConfig
+		tc := cfg.Trend
 		if cfg.Long {
-			exact = cfg.Exact
+			tc.Store = cfg.Exact
 		}
-		PublishTrending(s, lists, TrendConfig(exact), cfg.Publish)
+		PublishTrending(s, lists, tc, cfg.Publish)
 	}
 	if cfg.Long {
 		lc := stitch.DefaultConfig()
@@ -183,6 +193,17 @@ func buildFrom(s beam.Scope, beacons, srcDead beam.PCollection, cfg Config) erro
 		publish.Lists(s, stitch.Lists(s, stitch.OpenParts(s, minutes, lc), lc), cfg.Publish)
 	}
 	return nil
+}
+
+// RecoveryHorizon is how much of the past a restarted job must replay to
+// rebuild every window it publishes: the longest window, plus the allowed
+// lateness and one bucket (events that late still count).
+func (c Config) RecoveryHorizon() time.Duration {
+	var longest time.Duration
+	for _, w := range c.Windows {
+		longest = max(longest, w.Length())
+	}
+	return longest + c.Preagg.AllowedLateness + c.Preagg.Bucket
 }
 
 // slideConfig is the sliding windows' configuration: the published windows

@@ -46,7 +46,14 @@ func writeNDJSON(t *testing.T, events []schemas.Event) string {
 // report and every published list.
 func replay(t *testing.T, events []schemas.Event, mutate func(*Config)) (Report, []*schemas.List) {
 	t.Helper()
-	path := writeNDJSON(t, events)
+	rep, out := replayFile(t, writeNDJSON(t, events), mutate)
+	return rep, readLists(t, out)
+}
+
+// replayFile runs the fast path over the NDJSON file at path and returns
+// its report and the directory its lists went to.
+func replayFile(t *testing.T, path string, mutate func(*Config)) (Report, string) {
+	t.Helper()
 	out := t.TempDir()
 	cfg := DefaultConfig()
 	spec, err := source.ParseSpec("file:" + path)
@@ -63,8 +70,14 @@ func replay(t *testing.T, events []schemas.Event, mutate func(*Config)) (Report,
 	if err != nil {
 		t.Fatal(err)
 	}
+	return rep, out
+}
+
+// readLists reads every top list under out (not the trending lists).
+func readLists(t *testing.T, out string) []*schemas.List {
+	t.Helper()
 	var lists []*schemas.List
-	err = filepath.WalkDir(out, func(p string, d os.DirEntry, err error) error {
+	err := filepath.WalkDir(out, func(p string, d os.DirEntry, err error) error {
 		if err == nil && d.IsDir() && d.Name() == string(schemas.WindowTrending) {
 			return filepath.SkipDir // trending lists are checked by trend_test.go
 		}
@@ -85,7 +98,7 @@ func replay(t *testing.T, events []schemas.Event, mutate func(*Config)) (Report,
 	if err != nil {
 		t.Fatal(err)
 	}
-	return rep, lists
+	return lists
 }
 
 // exactIndex answers exact counts of any bucket-aligned window from per-bucket

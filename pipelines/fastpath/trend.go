@@ -4,18 +4,8 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 
 	"github.com/topk-dev/topk/transforms/publish"
-	"github.com/topk-dev/topk/transforms/stitch"
 	"github.com/topk-dev/topk/transforms/trend/trendbeam"
 )
-
-// TrendConfig is the trending step's default configuration, reading older
-// history from the exact tables when exact names them (Config.Exact; zero:
-// the job's own history only).
-func TrendConfig(exact stitch.StoreConfig) trendbeam.Config {
-	c := trendbeam.DefaultConfig()
-	c.Store = exact
-	return c
-}
 
 // PublishTrending scores the 5-minute lists (merge.Lists' output for
 // schemas.Window5m: KV<"type:scope:5m", list JSON>) into trending lists and
@@ -26,7 +16,7 @@ func TrendConfig(exact stitch.StoreConfig) trendbeam.Config {
 //	lists := merge.Lists(s, windowed, w, cfg.Lists)
 //	publish.Lists(s, lists, cfg.Publish)
 //	if w == schemas.Window5m {
-//		PublishTrending(s, lists, TrendConfig(cfg.Exact), cfg.Publish)
+//		PublishTrending(s, lists, cfg.Trend, cfg.Publish)
 //	}
 //
 // Test walkers of ListsOut that decode every file as a top list

@@ -26,6 +26,7 @@ import (
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/runners"
 
+	"github.com/topk-dev/topk/internal/recoverylog"
 	"github.com/topk-dev/topk/internal/redisx"
 	"github.com/topk-dev/topk/pipelines/fastpath"
 	"github.com/topk-dev/topk/pipelines/internal/beamrun"
@@ -34,6 +35,7 @@ import (
 	"github.com/topk-dev/topk/transforms/publish/liststore"
 	"github.com/topk-dev/topk/transforms/rules"
 	"github.com/topk-dev/topk/transforms/source"
+	"github.com/topk-dev/topk/transforms/trend/trendbeam"
 )
 
 // Flags holds the command line; Config turns it into a fastpath.Config.
@@ -64,6 +66,10 @@ type Flags struct {
 	BTProject       string
 	BTInstance      string
 	MetricsAddr     string
+	RecoveryLog     bool
+	RecoveryHorizon time.Duration
+	Trending        bool
+	Trend           trendbeam.Config
 	Rules           *rules.Config // --rules, --bots, --cap, ...: all rules by default
 }
 
@@ -92,9 +98,22 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.PubsubEndpoint, "pubsub_endpoint", "", "Pub/Sub emulator host:port (default $PUBSUB_EMULATOR_HOST)")
 	fs.BoolVar(&f.Long, "long", false, "also publish the 24h and all lists: the exact tables (Bigtable, BIGTABLE_EMULATOR_HOST or --bigtable_*) stitched with the open hours")
 	fs.DurationVar(&f.LongIdle, "long_idle", 0, "with --long: how long after a list's last hour with data its open hours are still reported each minute (0: 26h; a bounded replay wants a few minutes)")
-	fs.StringVar(&f.BTProject, "bigtable_project", "topk-local", "Bigtable project of the exact tables (--long)")
-	fs.StringVar(&f.BTInstance, "bigtable_instance", "topk", "Bigtable instance of the exact tables (--long)")
+	fs.StringVar(&f.BTProject, "bigtable_project", "topk-local", "Bigtable project of the exact tables (--long) and the recovery log (--recovery_log)")
+	fs.StringVar(&f.BTInstance, "bigtable_instance", "topk", "Bigtable instance of the exact tables (--long) and the recovery log (--recovery_log)")
 	fs.IntVar(&f.MemoryLimitMB, "memory_limit_mb", 2560, "Go heap soft limit in MiB (runtime/debug.SetMemoryLimit; GOMEMLIMIT overrides; 0: none). Most of the heap is short-lived summaries: at 1M events/s peak RSS was 4.5 GB without a limit, 2.6 GB with 2,560 MiB, at the same throughput")
+	fs.BoolVar(&f.Trending, "trending", d.Trending, "score the 5m lists into trending lists per (type, scope) (window \"trending\")")
+	f.Trend = d.Trend
+	fs.DurationVar(&f.Trend.Every, "trend_every", d.Trend.Every, "trending: score the 5m lists this often (a multiple of 10s, at most 5m)")
+	fs.DurationVar(&f.Trend.Trend.HalfLife, "trend_half_life", d.Trend.Trend.HalfLife, "trending: half-life of an item's decayed peak score")
+	fs.Uint64Var(&f.Trend.Trend.MinCount, "trend_min_count", d.Trend.Trend.MinCount, "trending: smallest 5-minute count that may score")
+	fs.Float64Var(&f.Trend.Trend.FloorPerHour, "trend_floor", d.Trend.Trend.FloorPerHour, "trending: smoothing floor, events an hour an item without history is assumed to have")
+	fs.Float64Var(&f.Trend.Trend.Enter, "trend_enter", d.Trend.Trend.Enter, "trending: score to enter the list")
+	fs.Float64Var(&f.Trend.Trend.Leave, "trend_leave", d.Trend.Trend.Leave, "trending: score below which a listed item leaves (hysteresis; <= --trend_enter)")
+	fs.IntVar(&f.Trend.Trend.Size, "trend_size", d.Trend.Trend.Size, "trending: most items a trending list holds")
+	fs.BoolVar(&f.Trend.Trend.Seasonal, "trend_seasonal", d.Trend.Trend.Seasonal, "trending: baseline from the same hour last week instead of the whole week's highest share")
+	fs.DurationVar(&f.Trend.Trend.WarmUp, "trend_warm_up", d.Trend.Trend.WarmUp, "trending: history a list needs before it lists anything")
+	fs.BoolVar(&f.RecoveryLog, "recovery_log", true, "with a pubsub source (not on Dataflow): log every message to Bigtable (table fastlog in --bigtable_instance) before acknowledging it, and replay the log's last --recovery_horizon at start, so a crashed job restarts without losing or double-counting a message")
+	fs.DurationVar(&f.RecoveryHorizon, "recovery_horizon", 0, "how much publish time before its start a run replays from the recovery log (0: the longest window plus the allowed lateness and a bucket)")
 	fs.StringVar(&f.MetricsAddr, "metrics_addr", "", "serve Prometheus metrics (publish lag, list age, pointer moves, per-stage event and dead-letter counters) on this address at /metrics")
 	fs.StringVar(&f.CPUProfile, "cpuprofile", "", "write a CPU profile of the whole run (Prism runs in-process) to this file")
 	rd := preagg.DefaultRules() // the exact command's rules, with smaller stream state
@@ -146,10 +165,21 @@ func (f *Flags) Config(redisAddr string) (fastpath.Config, error) {
 		return cfg, err
 	}
 	cfg.Shards, cfg.Durable = f.Shards, f.DurableWindows
+	cfg.Trending, cfg.Trend = f.Trending, f.Trend
 	cfg.Publish.RedisAddr, cfg.Publish.RedisPrefix, cfg.Publish.ListsOut = redisAddr, f.RedisPrefix, f.ListsOut
 	cfg.DeadLetterDir = f.DeadLetterDir
 	cfg.Long, cfg.LongIdle = f.Long, f.LongIdle
 	cfg.Exact.Project, cfg.Exact.Instance = f.BTProject, f.BTInstance
+	if f.RecoveryLog && spec.Kind == source.KindPubsub && !strings.EqualFold(*runners.Runner, source.RunnerDataflow) {
+		h := f.RecoveryHorizon
+		if h == 0 {
+			h = cfg.RecoveryHorizon()
+		}
+		cfg.SourceOpts.RecoveryLog = source.RecoveryLog{
+			Config:  recoverylog.Config{Project: f.BTProject, Instance: f.BTInstance, Retention: 2 * h},
+			Horizon: h,
+		}
+	}
 	if cfg.DeadLetterDir == "" && f.ListsOut != "" {
 		cfg.DeadLetterDir = filepath.Join(f.ListsOut, "deadletter")
 	}

@@ -5,7 +5,9 @@ import (
 	"flag"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/topk-dev/topk/pipelines/fastpath"
 	"github.com/topk-dev/topk/pipelines/internal/beamrun"
 )
 
@@ -43,5 +45,40 @@ func TestUsageOrder(t *testing.T) {
 	}
 	if n := strings.Count(out, "\n  -source "); n != 1 {
 		t.Fatalf("-source listed %d times", n)
+	}
+}
+
+// The trending and recovery flags reach the fast path's configuration, and
+// a trending configuration that cannot work (leave above enter) is refused
+// before any job is built.
+func TestTrendAndRecoveryFlags(t *testing.T) {
+	parse := func(args ...string) (fastpath.Config, error) {
+		var f Flags
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		f.Register(fs)
+		if err := fs.Parse(append([]string{"--source=pubsub:projects/p/subscriptions/s"}, args...)); err != nil {
+			t.Fatal(err)
+		}
+		return f.Config("")
+	}
+	cfg, err := parse("--trend_min_count=7", "--trend_half_life=30m", "--trend_seasonal", "--recovery_horizon=90m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := cfg.Trend.Trend; c.MinCount != 7 || c.HalfLife != 30*time.Minute || !c.Seasonal || !cfg.Trending {
+		t.Errorf("trend config %+v (trending %v): want min count 7, half-life 30m, seasonal", c, cfg.Trending)
+	}
+	if rl := cfg.SourceOpts.RecoveryLog; !rl.Enabled() || rl.Horizon != 90*time.Minute || rl.Retention != 3*time.Hour || rl.Instance != "topk" {
+		t.Errorf("recovery log %+v: want on, horizon 90m, retention 3h, instance topk", rl)
+	}
+	cfg, err = parse("--recovery_log=false", "--trending=false")
+	if err != nil || cfg.SourceOpts.RecoveryLog.Enabled() || cfg.Trending {
+		t.Errorf("--recovery_log=false --trending=false: %v, log %v, trending %v", err, cfg.SourceOpts.RecoveryLog.Enabled(), cfg.Trending)
+	}
+	if cfg, err = parse(); err != nil || cfg.SourceOpts.RecoveryLog.Horizon != time.Hour+2*time.Minute+10*time.Second {
+		t.Errorf("default recovery horizon %v (%v), want 1h2m10s", cfg.SourceOpts.RecoveryLog.Horizon, err)
+	}
+	if _, err := parse("--trend_enter=0.001", "--trend_leave=0.002"); err == nil || !strings.Contains(err.Error(), "trending") {
+		t.Errorf("leave above enter: %v; want a trending configuration error", err)
 	}
 }

@@ -69,6 +69,7 @@ import (
 
 	"github.com/topk-dev/topk/internal/publishobs"
 	"github.com/topk-dev/topk/internal/pubsubx"
+	"github.com/topk-dev/topk/internal/recoverylog"
 	"github.com/topk-dev/topk/internal/redisx"
 	"github.com/topk-dev/topk/internal/stagemetrics"
 	"github.com/topk-dev/topk/pipelines/fastpath"
@@ -363,6 +364,18 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Stats, error) {
 	}
 	pcfg.Source = spec
 	pcfg.SourceOpts = source.Options{PubsubEndpoint: psAddr}
+	// The recovery log outlives a crash only where Pub/Sub and Bigtable
+	// do: with both emulators outside this process.
+	if psKind != "embedded" && btKind != "embedded bttest" {
+		h := pcfg.RecoveryHorizon()
+		pcfg.SourceOpts.RecoveryLog = source.RecoveryLog{
+			Config:  recoverylog.Config{Project: exact.Project, Instance: exact.Instance, EmulatorAddr: btAddr, Retention: 2 * h},
+			Horizon: h,
+		}
+		say("recovery log: on (table %s in Bigtable %s): a run started after a crash replays the last %s", recoverylog.DefaultTable, btAddr, h)
+	} else {
+		say("recovery log: off (embedded Pub/Sub or Bigtable die with this process; with PUBSUB_EMULATOR_HOST and BIGTABLE_EMULATOR_HOST set, a restarted run replays what it lost)")
+	}
 	pcfg.Preagg.Partitions = cfg.Partitions
 	pcfg.Publish.RedisAddr = rconn.Addr
 

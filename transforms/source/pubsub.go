@@ -15,6 +15,7 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/sdf"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/log"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
+	"github.com/topk-dev/topk/internal/recoverylog"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -34,6 +35,10 @@ func init() {
 // time in Unix milliseconds (decimal). Without it a message is stamped with
 // its publish time.
 const TSAttribute = "ts"
+
+// BeaconAttribute is the message attribute holding the beacon's id (ingest
+// sets it): the recovery log's idempotency key (pubsublog.go).
+const BeaconAttribute = "beacon_id"
 
 const (
 	// maxAckIDsPerRequest keeps Acknowledge requests well under Pub/Sub's
@@ -75,9 +80,17 @@ type pullFn struct {
 	IdleStop    time.Duration
 	Slack       time.Duration
 	Readers     int
+	// Log, when enabled, is the recovery log (pubsublog.go); Run is this
+	// run's id and [ReplayFrom, ReplayTo) the publish times (Unix ms) shard
+	// 0 replays from it before reading the subscription.
+	Log                  recoverylog.Config
+	Run                  string
+	ReplayFrom, ReplayTo int64
 
-	conn *grpc.ClientConn
-	sub  *vkit.SubscriptionAdminClient
+	conn     *grpc.ClientConn
+	sub      *vkit.SubscriptionAdminClient
+	log      *recoverylog.Log
+	logReady bool // the log's table exists
 }
 
 func (fn *pullFn) Setup(ctx context.Context) error {
@@ -101,11 +114,15 @@ func (fn *pullFn) Setup(ctx context.Context) error {
 		return fmt.Errorf("pubsub client: %w", err)
 	}
 	fn.sub = sub
-	return nil
+	return fn.setupLog(ctx)
 }
 
 func (fn *pullFn) Teardown() error {
 	var errs []error
+	if fn.log != nil {
+		errs = append(errs, fn.log.Close())
+		fn.log = nil
+	}
 	if fn.sub != nil {
 		errs = append(errs, fn.sub.Close())
 		fn.sub = nil
@@ -171,6 +188,15 @@ func (fn *pullFn) ProcessElement(ctx context.Context, we *pullEstimator, rt *str
 	if rt.IsDone() { // truncated on drain
 		return sdf.StopProcessing(), nil
 	}
+	handle := fn.emitBatch
+	if fn.log != nil {
+		// The recovery log (pubsublog.go): its table first, then shard 0
+		// replays it, then every batch is logged before it is emitted.
+		if cont := fn.beforeLogged(ctx, we, rt, emit); cont != nil {
+			return cont, nil
+		}
+		handle = fn.logAndEmit
+	}
 	start := time.Now()
 	last := rt.GetRestriction().(streamRestriction).Mark
 	if last == 0 {
@@ -183,19 +209,7 @@ func (fn *pullFn) ProcessElement(ctx context.Context, we *pullEstimator, rt *str
 		now := time.Now()
 		pubsubPulls.Inc(ctx, 1)
 		if err != nil {
-			if ctx.Err() != nil {
-				return nil, fmt.Errorf("pubsub pull %s: %w", fn.Subscription, ctx.Err())
-			}
-			switch status.Code(err) {
-			case codes.NotFound, codes.PermissionDenied, codes.InvalidArgument, codes.Unauthenticated:
-				return nil, fmt.Errorf("pubsub pull %s: %w", fn.Subscription, err)
-			}
-			pubsubPullErrors.Inc(ctx, 1)
-			if emitted == 0 && fn.IdleStop > 0 && now.Sub(time.Unix(0, last)) >= fn.IdleStop {
-				return nil, fmt.Errorf("pubsub pull %s: nothing received for %s, last error: %w", fn.Subscription, fn.IdleStop, err)
-			}
-			log.Warnf(ctx, "pubsub pull %s: %v (retrying in %s)", fn.Subscription, err, errorResume)
-			return sdf.ResumeProcessingIn(errorResume), nil
+			return fn.pullFailed(ctx, err, emitted, now, last)
 		}
 		msgs := resp.GetReceivedMessages()
 		if len(msgs) == 0 {
@@ -208,28 +222,16 @@ func (fn *pullFn) ProcessElement(ctx context.Context, we *pullEstimator, rt *str
 			}
 			return sdf.ResumeProcessingIn(idleResume), nil
 		}
-		for i, m := range msgs {
-			if !rt.claimMessage(m.GetAckId()) {
-				// Split away (a runner checkpoint): hand the rest back.
-				fn.nack(ctx, msgs[i:])
-				return sdf.StopProcessing(), nil
-			}
-			ts, ok := messageTime(m.GetMessage())
-			if !ok {
-				pubsubBadTS.Inc(ctx, 1)
-			}
-			// Never emit behind the watermark already reported: a beacon
-			// stamped earlier carries the reader's clock instead, so the
-			// pre-aggregator judges (and counts) its events' lateness rather
-			// than the runner dropping them silently.
-			if wm := mtime.Time(we.wm); ts < wm {
-				ts = wm
-			}
-			emit(ts, m.GetMessage().GetData())
-			emitted++
+		n, stop, err := handle(ctx, we, rt, msgs, emit)
+		if err != nil {
+			pubsubLogErrors.Inc(ctx, 1)
+			log.Warnf(ctx, "%v (%d messages handed back, retrying in %s)", err, len(msgs), errorResume)
+			return sdf.ResumeProcessingIn(errorResume), nil
 		}
-		pubsubMessages.Inc(ctx, int64(len(msgs)))
-		stagemetrics.SourceMessages("pubsub", len(msgs))
+		if stop {
+			return sdf.StopProcessing(), nil
+		}
+		emitted += n
 		rt.setMark(now.UnixNano())
 		last = now.UnixNano()
 		// Checkpoint after BundleTime, or earlier when the ack ids the
@@ -238,6 +240,53 @@ func (fn *pullFn) ProcessElement(ctx context.Context, we *pullEstimator, rt *str
 			return sdf.ResumeProcessingIn(0), nil
 		}
 	}
+}
+
+// emitBatch claims and emits a pulled batch; the ack ids travel with the
+// residual (see the package doc). stop: a claim was refused (split away by
+// a runner checkpoint), and the rest was handed back.
+func (fn *pullFn) emitBatch(ctx context.Context, we *pullEstimator, rt *streamTracker, msgs []*pb.ReceivedMessage, emit func(beam.EventTime, []byte)) (n int, stop bool, err error) {
+	for i, m := range msgs {
+		if !rt.claimMessage(m.GetAckId()) {
+			fn.nack(ctx, msgs[i:])
+			pubsubMessages.Inc(ctx, int64(n))
+			stagemetrics.SourceMessages("pubsub", n)
+			return n, true, nil
+		}
+		ts, ok := messageTime(m.GetMessage())
+		if !ok {
+			pubsubBadTS.Inc(ctx, 1)
+		}
+		// Never emit behind the watermark already reported: a beacon
+		// stamped earlier carries the reader's clock instead, so the
+		// pre-aggregator judges (and counts) its events' lateness rather
+		// than the runner dropping them silently.
+		emit(fn.clamp(we, ts), m.GetMessage().GetData())
+		n++
+	}
+	pubsubMessages.Inc(ctx, int64(n))
+	stagemetrics.SourceMessages("pubsub", n)
+	return n, false, nil
+}
+
+// pullFailed decides what a failed Pull does: a configuration error (no
+// such subscription, no permission) or a cancelled context fails the job, as
+// does an error lasting past idle_stop; anything else resumes after
+// errorResume.
+func (fn *pullFn) pullFailed(ctx context.Context, err error, emitted int, now time.Time, last int64) (sdf.ProcessContinuation, error) {
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("pubsub pull %s: %w", fn.Subscription, ctx.Err())
+	}
+	switch status.Code(err) {
+	case codes.NotFound, codes.PermissionDenied, codes.InvalidArgument, codes.Unauthenticated:
+		return nil, fmt.Errorf("pubsub pull %s: %w", fn.Subscription, err)
+	}
+	pubsubPullErrors.Inc(ctx, 1)
+	if emitted == 0 && fn.IdleStop > 0 && now.Sub(time.Unix(0, last)) >= fn.IdleStop {
+		return nil, fmt.Errorf("pubsub pull %s: nothing received for %s, last error: %w", fn.Subscription, fn.IdleStop, err)
+	}
+	log.Warnf(ctx, "pubsub pull %s: %v (retrying in %s)", fn.Subscription, err, errorResume)
+	return sdf.ResumeProcessingIn(errorResume), nil
 }
 
 // pull makes one Pull call. Against an emulator or fake (Endpoint set) it

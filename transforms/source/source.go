@@ -49,9 +49,33 @@
 //   - on Flink, a restore from a checkpoint taken before the ack can replay
 //     nothing for messages acked since: those are lost to the fast path.
 //
+// That is without a recovery log. Acknowledged is not counted: on Prism
+// "downstream" is window state in the process, so a kill -9 loses every
+// acknowledged event its windows still covered. With Options.RecoveryLog
+// (the streaming command's default, --recovery_log) the reader writes each
+// pulled batch to a durable log in Bigtable (internal/recoverylog) and
+// acknowledges it as soon as the write returns; restriction shard 0 of a new
+// run first replays, in publish-time order, the messages an earlier run
+// logged in the Horizon before this run started (the longest window plus
+// the allowed lateness and a bucket), then reads the subscription like the
+// others. A pulled message the log already holds is only acknowledged: it
+// was emitted by this run (a lost acknowledgement) or is replayed (logged by
+// the crashed run, which died before its acknowledgement). So a restart
+// after a crash at any moment counts every message of the horizon exactly
+// once, and the windows are rebuilt by the same pipeline that built them
+// (pubsublog.go; internal/faults TestFastPathKilled kills the job with
+// SIGKILL and checks the lists against a recount). While the log cannot be
+// written, nothing is acknowledged or emitted: the batch is handed back and
+// the reader retries. Replay output is older than the live readers'; the
+// stage's watermark is the minimum over the readers, so it waits for the
+// replay, and the publisher skips list versions older than what Redis
+// already serves, so readers see the pre-crash lists until the replay
+// catches up.
+//
 // Duplicates and losses are the exact path's to repair: it reads the archive
 // subscription, deduplicates by event_id and recounts closed hours. On
-// Dataflow, the native read's own exactly-once semantics apply.
+// Dataflow, the native read's own exactly-once semantics and the runner's
+// durable state apply, and the recovery log is refused.
 //
 // file:PATH — bounded. NDJSON events (gzip when PATH ends in ".gz"), read in
 // order by one worker; consecutive valid lines are grouped into beacons of
@@ -120,6 +144,12 @@ type Options struct {
 	// so it bounds the source's share of latency; shorter costs more
 	// per-bundle overhead. 0 means 1 s.
 	BundleTime time.Duration
+	// RecoveryLog makes the Pub/Sub reader log every message before it
+	// acknowledges it and replay the log's last Horizon when the job
+	// starts (see the package doc, Delivery semantics). Not on Dataflow,
+	// whose native read and durable state already survive a worker's
+	// loss.
+	RecoveryLog RecoveryLog
 }
 
 const (
@@ -154,7 +184,10 @@ func (o Options) Validate() error {
 	if o.BundleTime < 0 || o.BundleTime > maxBundleTime {
 		return fmt.Errorf("source options: bundle time %s is not in [0, %s]", o.BundleTime, maxBundleTime)
 	}
-	return nil
+	if o.RecoveryLog.Enabled() && o.dataflow() {
+		return fmt.Errorf("%w: the recovery log is for runners whose state dies with a worker (Prism, Flink); Dataflow's native Pub/Sub read and durable state survive it: leave the log off there", ErrBadSpec)
+	}
+	return o.RecoveryLog.validate()
 }
 
 func (o Options) dataflow() bool { return strings.EqualFold(o.Runner, RunnerDataflow) }
@@ -202,7 +235,7 @@ func Read(s beam.Scope, spec Spec, opts Options) (beacons, deadLetters beam.PCol
 			return dataflowRead(s, p.Subscription), emptyDeadLetters(s)
 		}
 		imp := beam.Impulse(s)
-		beacons = beam.ParDo(s, &pullFn{
+		fn := &pullFn{
 			Subscription: p.Subscription,
 			Endpoint:     opts.PubsubEndpoint,
 			MaxMessages:  int32(opts.MaxMessages),
@@ -210,7 +243,18 @@ func Read(s beam.Scope, spec Spec, opts Options) (beacons, deadLetters beam.PCol
 			IdleStop:     p.IdleStop,
 			Slack:        p.Slack,
 			Readers:      p.Readers,
-		}, imp)
+		}
+		if rl := opts.RecoveryLog; rl.Enabled() {
+			if rl.Start.IsZero() {
+				rl.Start = time.Now()
+			}
+			if rl.Run == "" {
+				rl.Run = newRun(rl.Start)
+			}
+			fn.Log, fn.Run = rl.Config, rl.Run
+			fn.ReplayFrom, fn.ReplayTo = rl.Start.Add(-rl.Horizon).UnixMilli(), rl.Start.UnixMilli()
+		}
+		beacons = beam.ParDo(s, fn, imp)
 		return beacons, emptyDeadLetters(s)
 	}
 	panic(fmt.Sprintf("source.Read: unknown kind %q", spec.Kind)) // Validate rejects it

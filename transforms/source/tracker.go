@@ -36,6 +36,16 @@ type streamRestriction struct {
 	// residual only after the bundle that returned it committed, so the
 	// resumed call acks them first (see the package doc).
 	Acks []string
+	// Replayed: the reader has replayed the recovery log (only shard 0
+	// replays; see pubsublog.go). ReplayAt and ReplayAfter are the replay's
+	// cursor: the publish time (Unix ms) and message id of the last record
+	// emitted ("": none at ReplayAt yet), so that a checkpoint anywhere
+	// neither repeats nor skips one, whatever the log reads returned.
+	Replayed    bool
+	ReplayAt    int64
+	ReplayAfter string
+	// ReplayCount is how many records the replay has emitted so far.
+	ReplayCount int64
 }
 
 // streamTracker claims the positions of a streamRestriction in order. It
@@ -87,6 +97,23 @@ func (t *streamTracker) claimMessage(ackID string) bool {
 	}
 	t.acks = append(t.acks, ackID)
 	return true
+}
+
+// claimNext claims the next position without recording an ack id (the
+// logged reader acknowledges at once; a replayed record has none).
+func (t *streamTracker) claimNext() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.claimLocked(t.claimed)
+}
+
+// setReplay records the replay's position (see streamRestriction); emitted
+// is added to ReplayCount.
+func (t *streamTracker) setReplay(at int64, after string, emitted int64, done bool) {
+	t.mu.Lock()
+	t.rest.ReplayAt, t.rest.ReplayAfter, t.rest.Replayed = at, after, done
+	t.rest.ReplayCount += emitted
+	t.mu.Unlock()
 }
 
 // takeAcks returns the ack ids the restriction arrived with and forgets

@@ -255,6 +255,7 @@ func (fn *scoreFn) OnTimer(ctx context.Context, sp state.Provider, tp timers.Pro
 			skipped.Inc(ctx, 1)
 			continue
 		}
+		out.Rules = l.Rules // scored from counts made with these rules
 		js, err := schemas.MarshalTrending(out)
 		if err != nil {
 			return fmt.Errorf("trend %s: %w", key, err)

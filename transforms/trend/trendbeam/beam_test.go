@@ -51,7 +51,7 @@ func lists5m() map[string][]*schemas.List {
 	for i := 1; i <= 240; i++ {
 		at := t0.Add(time.Duration(i) * 10 * time.Second)
 		for _, scope := range []string{"global", "IN"} {
-			l := &schemas.List{Type: "hashtag", Scope: scope, Window: schemas.Window5m, AsOf: at, Version: at.Unix(), Complete: true}
+			l := &schemas.List{Type: "hashtag", Scope: scope, Window: schemas.Window5m, AsOf: at, Version: at.Unix(), Complete: true, Rules: "rules-test-1"}
 			counts := map[string]uint64{}
 			for j := 0; j < 30; j++ {
 				counts[fmt.Sprintf("s%02d", j)] = uint64(3000/(j+1) + (i*7+j*13)%11)
@@ -111,6 +111,7 @@ func TestTrendingOnPrism(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			out.Rules = "rules-test-1" // the step carries the 5m lists' rules version
 			js, _ := schemas.MarshalTrending(out)
 			want = append(want, out.Key().String()+" "+string(js))
 			lastAsOf = l.AsOf
