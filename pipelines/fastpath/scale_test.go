@@ -152,6 +152,17 @@ func TestMinCount(t *testing.T) {
 	checkScoped(t, lists, newScopedExact(events, cfg.Preagg.Bucket, true), cfg.Windows, scopeChecks{
 		K: cfg.Lists.K, Margin: cfg.Lists.Margin, MinCount: cfg.MinCount, RequireComplete: true, Slides: true,
 	})
+	// Every list says the minimum it was cut at (grading needs it): the
+	// window's for countries and regions, none for global.
+	for _, l := range lists {
+		want := cfg.MinCount[l.Window]
+		if l.Scope == schemas.ScopeGlobal {
+			want = 0
+		}
+		if l.MinCount != want {
+			t.Errorf("%s as of %s: min_count %d, want %d", l.Key(), l.AsOf, l.MinCount, want)
+		}
+	}
 	find := func(scope string, w schemas.Window, asOf time.Time) *schemas.List {
 		for _, l := range lists {
 			if l.Type == "video" && l.Scope == scope && l.Window == w && l.AsOf.Equal(asOf) {

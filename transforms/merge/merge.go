@@ -227,6 +227,7 @@ func fromAnswer(ans summary.Answer, tracked int, theta, total uint64, key schema
 		CertifiedK:   ans.CertifiedK,
 		Complete:     ans.CertifiedK >= k || (ans.CertifiedK == tracked && theta < max(minCount, 1)),
 		Version:      asOf.Unix(),
+		MinCount:     minCount,
 		Total:        total,
 		Items:        make([]schemas.Entry, len(ans.Entries)),
 	}
