@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/topk-dev/topk/transforms/exact/store"
 )
@@ -22,7 +23,9 @@ func TestNextReadsEverythingOnceInOrder(t *testing.T) {
 	}
 	defer stop()
 	ctx := context.Background()
-	l, err := Open(ctx, Config{Project: "p", Instance: "i", EmulatorAddr: addr})
+	// A fresh instance: with BIGTABLE_EMULATOR_HOST set (CI) the client
+	// goes to that shared emulator, whatever address it is given.
+	l, err := Open(ctx, Config{Project: "p", Instance: fmt.Sprintf("rl%d", time.Now().UnixNano()), EmulatorAddr: addr})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,7 +55,9 @@ func TestPubsubSourceRecoveryLog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logCfg := recoverylog.Config{Project: "p", Instance: "i", EmulatorAddr: btAddr}
+	// A fresh instance: with BIGTABLE_EMULATOR_HOST set (CI) the client
+	// goes to that shared emulator, whatever address it is given.
+	logCfg := recoverylog.Config{Project: "p", Instance: fmt.Sprintf("src%d", time.Now().UnixNano()), EmulatorAddr: btAddr}
 	opts := func(run string) Options {
 		return Options{PubsubEndpoint: srv.Addr, MaxMessages: 5, BundleTime: time.Nanosecond,
 			RecoveryLog: RecoveryLog{Config: logCfg, Horizon: time.Hour, Run: run}}
