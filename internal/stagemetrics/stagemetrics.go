@@ -10,6 +10,7 @@
 //	topk_stream_late_events_total                       events later than the allowed lateness, left to the exact path (topk/late_dropped)
 //	topk_stream_dead_letters_total{reason}              dead letters: reason "bad_beacon" (a beacon that does not decode; topk/bad_beacons) or "bad_event" (an event that fails validation; topk/bad_events)
 //	topk_stream_rules_dropped_total{reason}             events the countable-event rules drop: duplicate, blocked, bot, repeat, capped (topk/rules_dropped_*)
+//	topk_stream_publish_failures_total                  failed attempts to publish a list to Redis (each retried with backoff; the job keeps running)
 //	topk_stream_recovery_log_messages_total{op}         recovery log (internal/recoverylog): "logged" (written before the ack), "replayed" (by a restarted run), "already_logged" (a redelivery or a second copy of a beacon: acknowledged, not counted)
 //	topk_stream_recovery_log_last_write_timestamp_seconds  when the recovery log was last written: the checkpoint age is time() minus this
 //
@@ -52,6 +53,9 @@ var (
 		Name: "topk_stream_rules_dropped_total", Help: "Events the countable-event rules dropped in the fast path, by rule.",
 	}, []string{"reason"})
 
+	publishFailures = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "topk_stream_publish_failures_total", Help: "Failed attempts to publish a list to Redis (retried with backoff).",
+	})
 	recoveryLog = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "topk_stream_recovery_log_messages_total", Help: "Pub/Sub messages through the recovery log: logged, replayed, already_logged.",
 	}, []string{"op"})
@@ -77,7 +81,7 @@ func Collector() prometheus.Collector { return collector{} }
 type collector struct{}
 
 func (collector) all() []prometheus.Collector {
-	return []prometheus.Collector{messages, events, late, deadLetters, rulesDropped, recoveryLog, recoveryLogWrite}
+	return []prometheus.Collector{messages, events, late, deadLetters, rulesDropped, publishFailures, recoveryLog, recoveryLogWrite}
 }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
@@ -113,6 +117,9 @@ func RulesDropped(reason string, n int64) {
 func SourceMessages(source string, n int) {
 	messages.WithLabelValues(source).Add(float64(n))
 }
+
+// PublishFailures adds n failed attempts to publish a list.
+func PublishFailures(n int) { publishFailures.Add(float64(n)) }
 
 // RecoveryLog adds n messages to the recovery log's op ("logged",
 // "replayed", "already_logged"); "logged" also stamps the last write.

@@ -36,16 +36,18 @@ func TestPreaggAndRules(t *testing.T) {
 }
 
 // The recovery log's counters by op, and its last write stamped by a
-// write only (the checkpoint age an operator alerts on).
+// write only (the checkpoint age an operator alerts on); publish failures.
 func TestRecoveryLog(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(Collector())
 	RecoveryLog("replayed", 4)
+	PublishFailures(2)
 	fams, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := Values(fams); got["topk_stream_recovery_log_last_write_timestamp_seconds"] != 0 || got["topk_stream_recovery_log_messages_total/replayed"] != 4 {
+	if got := Values(fams); got["topk_stream_recovery_log_last_write_timestamp_seconds"] != 0 || got["topk_stream_recovery_log_messages_total/replayed"] != 4 ||
+		got["topk_stream_publish_failures_total"] != 2 {
 		t.Fatalf("after a replay: %v; want 4 replayed and no write yet", got)
 	}
 	before := float64(time.Now().Unix())

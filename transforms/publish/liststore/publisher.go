@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/topk-dev/topk/internal/retry"
+	"github.com/topk-dev/topk/internal/stagemetrics"
 	"github.com/topk-dev/topk/schemas"
 )
 
@@ -154,6 +155,7 @@ func (p *Publisher) publishOne(ctx context.Context, k schemas.ListKey) (moved in
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.stats.Failures += int64(failures)
+	stagemetrics.PublishFailures(failures)
 	// Done with this version: written, or dropped for a non-transient
 	// error. A newer one offered meanwhile stays queued.
 	if q, ok := p.pending[k]; ok && (perr == nil || !retry.Transient(perr)) && q.n == sent.n {
