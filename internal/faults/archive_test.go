@@ -3,9 +3,6 @@ package faults
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -32,25 +29,15 @@ func TestArchiverKilled(t *testing.T) {
 	defer rep.print()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	psAddr, psWhere := os.Getenv(pubsubx.EnvEmulator), "the Pub/Sub emulator at "+os.Getenv(pubsubx.EnvEmulator)
-	if psAddr == "" {
-		emb := pubsubx.StartEmbedded()
-		t.Cleanup(func() { emb.Close() })
-		psAddr, psWhere = emb.Addr, "an in-process pstest ("+pubsubx.EnvEmulator+" unset)"
-	}
+	psAddr, psWhere := pubsubEnv(t)
 	t.Logf("services: %s", psWhere)
 	const project = "topk-faults"
 	name := fmt.Sprintf("archived-%d", time.Now().UnixNano())
 	sub := pubsubx.SubscriptionName(project, name)
 	root := t.TempDir()
-	bin := filepath.Join(t.TempDir(), "archive")
-	build := exec.Command("go", "build", "-o", bin, "./pipelines/archive")
-	build.Dir = "../.."
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./pipelines/archive: %v\n%s", err, out)
-	}
+	bin := buildBinary(t, "./pipelines/archive")
 	args := []string{"--root=" + root, "--pubsub_endpoint=" + psAddr, "--subscription=" + sub, "--topic=" + name, "--flush_every=300ms"}
-	start := func() *job { return startStreaming(t, bin, nil, args) }
+	start := func() *job { return startJob(t, bin, nil, args) }
 
 	pc, err := pubsubx.NewClient(ctx, project, psAddr)
 	if err != nil {

@@ -49,12 +49,7 @@ func TestFastPathKilled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	psAddr, psWhere := os.Getenv(pubsubx.EnvEmulator), "the Pub/Sub emulator at "+os.Getenv(pubsubx.EnvEmulator)
-	if psAddr == "" {
-		emb := pubsubx.StartEmbedded()
-		t.Cleanup(func() { emb.Close() })
-		psAddr, psWhere = emb.Addr, "an in-process pstest ("+pubsubx.EnvEmulator+" unset)"
-	}
+	psAddr, psWhere := pubsubEnv(t)
 	btEnv, btWhere := bigtableEnv(t)
 	// The job reaches Bigtable through a proxy the test cuts (a Bigtable
 	// outage in phase 3).
@@ -81,7 +76,7 @@ func TestFastPathKilled(t *testing.T) {
 	}
 	topic := pubsubx.TopicName(project, name)
 
-	bin := streamingBinary(t)
+	bin := buildBinary(t, "./pipelines/streaming")
 	instance := fmt.Sprintf("killed%d", time.Now().UnixNano())
 	args := []string{
 		"--source=pubsub:" + pubsubx.SubscriptionName(project, name),
@@ -122,12 +117,12 @@ func TestFastPathKilled(t *testing.T) {
 	published := make(chan error, 1)
 	go func() { published <- publishEvents(ctx, pc, topic, events, 40*time.Second, 10) }()
 	// Moment 1: 5 s into the stream, before any list.
-	job := startStreaming(t, bin, env, args)
+	job := startJob(t, bin, env, args)
 	time.Sleep(5 * time.Second)
 	job.kill()
 	// Moment 2: once the restarted job has published a 5m list.
 	started := time.Now()
-	job = startStreaming(t, bin, env, args)
+	job = startJob(t, bin, env, args)
 	for end := started.Add(90 * time.Second); ; time.Sleep(200 * time.Millisecond) {
 		if l, err := st.CurrentList(ctx, k5); err == nil && l != nil && l.AsOf.After(started) {
 			break
@@ -139,11 +134,11 @@ func TestFastPathKilled(t *testing.T) {
 	}
 	job.kill()
 	// Moment 3: 2 s after the next start (Prism starting, or the replay).
-	job = startStreaming(t, bin, env, args)
+	job = startJob(t, bin, env, args)
 	time.Sleep(2 * time.Second)
 	job.kill()
 	restart := time.Now()
-	job = startStreaming(t, bin, env, args)
+	job = startJob(t, bin, env, args)
 	defer job.kill()
 	if err := <-published; err != nil {
 		t.Fatal(err)
@@ -322,29 +317,13 @@ func publishEvents(ctx context.Context, c *pubsub.Client, topic string, events [
 	return nil
 }
 
-// streamingBinary builds ./pipelines/streaming once.
-func streamingBinary(t *testing.T) string {
-	t.Helper()
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(t.TempDir(), "streaming")
-	cmd := exec.Command("go", "build", "-o", bin, "./pipelines/streaming")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./pipelines/streaming: %v\n%s", err, out)
-	}
-	return bin
-}
-
-// job is one run of the streaming binary.
+// job is one run of a binary under test (streaming, archive).
 type job struct {
 	cmd *exec.Cmd
 	log string
 }
 
-func startStreaming(t *testing.T, bin string, env, args []string) *job {
+func startJob(t *testing.T, bin string, env, args []string) *job {
 	t.Helper()
 	logf := filepath.Join(t.TempDir(), "streaming.log")
 	f, err := os.Create(logf)

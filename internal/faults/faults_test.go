@@ -101,20 +101,33 @@ func (r *report) print() {
 	}
 }
 
-// servingBinary builds ./serving once.
-func servingBinary(t *testing.T) string {
+// buildBinary builds the command in pkg (relative to the module root, e.g.
+// "./serving") into the test's temporary directory.
+func buildBinary(t *testing.T, pkg string) string {
 	t.Helper()
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(t.TempDir(), "serving")
-	cmd := exec.Command("go", "build", "-o", bin, "./serving")
+	bin := filepath.Join(t.TempDir(), filepath.Base(pkg))
+	cmd := exec.Command("go", "build", "-o", bin, pkg)
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./serving: %v\n%s", err, out)
+		t.Fatalf("go build %s: %v\n%s", pkg, err, out)
 	}
 	return bin
+}
+
+// pubsubEnv is the Pub/Sub the kill tests use: PUBSUB_EMULATOR_HOST's
+// (the official emulator in CI), or an in-process pstest, which lives in
+// the test's process and so outlives a killed job.
+func pubsubEnv(t *testing.T) (addr, where string) {
+	if addr := os.Getenv(pubsubx.EnvEmulator); addr != "" {
+		return addr, "the Pub/Sub emulator at " + addr
+	}
+	emb := pubsubx.StartEmbedded()
+	t.Cleanup(func() { emb.Close() })
+	return emb.Addr, "an in-process pstest (" + pubsubx.EnvEmulator + " unset)"
 }
 
 // server is one run of the serving binary.
@@ -237,7 +250,7 @@ func TestFaultInjection(t *testing.T) {
 	}
 	rep := &report{t: t}
 	defer rep.print()
-	bin := servingBinary(t)
+	bin := buildBinary(t, "./serving")
 	rs := redistest.New(t)
 	btEnv, btWhere := bigtableEnv(t)
 	t.Logf("services: a private redis-server on %s, %s", rs.Addr(), btWhere)
