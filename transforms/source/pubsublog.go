@@ -176,18 +176,24 @@ func (fn *pullFn) replay(ctx context.Context, we *pullEstimator, rt *streamTrack
 			log.Warnf(ctx, "recovery log: %v (retrying in %s)", err, errorResume)
 			return sdf.ResumeProcessingIn(errorResume)
 		}
+		emitted, stopped := 0, false
 		for _, rec := range recs {
 			if rec.Publish == at && after != "" && rec.ID <= after {
 				continue // emitted before a checkpoint
 			}
 			if !rt.claimNext() {
-				return sdf.StopProcessing()
+				stopped = true
+				break
 			}
 			emit(fn.clamp(we, mtime.Time(rec.TS)), rec.Data)
-			pubsubReplayed.Inc(ctx, 1)
-			stagemetrics.RecoveryLog("replayed", 1)
+			emitted++
 			at, after = rec.Publish, rec.ID
 			rt.setReplay(at, after, 1, false)
+		}
+		pubsubReplayed.Inc(ctx, int64(emitted))
+		stagemetrics.RecoveryLog("replayed", emitted)
+		if stopped {
+			return sdf.StopProcessing()
 		}
 		at, after = next, ""
 		rt.setReplay(at, after, 0, false)
