@@ -35,6 +35,7 @@
 package slide
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -216,7 +217,7 @@ func (st *State) Add(key string, bucket int64, sm *summary.Summary) ([]Late, err
 // insert merges sm into the pane at start (creating it), keeping start
 // order, and returns the pane's summary.
 func (st *State) insert(ps *[]pane, start int64, sm *summary.Summary) (*summary.Summary, error) {
-	i, found := slices.BinarySearchFunc(*ps, start, func(p pane, s int64) int { return cmp64(p.start, s) })
+	i, found := slices.BinarySearchFunc(*ps, start, func(p pane, s int64) int { return cmp.Compare(p.start, s) })
 	if found {
 		m, err := summary.MergeEvents((*ps)[i].sm, sm)
 		if err != nil {
@@ -472,14 +473,4 @@ func floor(t, d int64) int64 {
 		m += d
 	}
 	return t - m
-}
-
-func cmp64(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

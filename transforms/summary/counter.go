@@ -1,6 +1,9 @@
 package summary
 
-import "unsafe"
+import (
+	"cmp"
+	"unsafe"
+)
 
 // Counter counts exactly: a hash map from item to count for one bundle of
 // one (list, partition, bucket), with a hard cap on distinct items. It is
@@ -158,7 +161,7 @@ func (c *Counter) Summary(cfg Config) *Summary {
 				}
 				return 1
 			}
-			return cmpHash(sa.hash, sb.hash)
+			return cmp.Compare(sa.hash, sb.hash)
 		}
 		selectTop(idx, cfg.N, byCount)
 		for _, i := range idx[cfg.N:] {
@@ -174,14 +177,4 @@ func (c *Counter) Summary(cfg Config) *Summary {
 	c.scratch = idx[:0]
 	sm.sortByKey()
 	return sm
-}
-
-func cmpHash(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

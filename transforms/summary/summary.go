@@ -1,6 +1,7 @@
 package summary
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -127,7 +128,7 @@ func (sm *Summary) SizeBytes() int {
 }
 
 func cmpKey(a, b Entry) int {
-	if c := cmpHash(a.Hash, b.Hash); c != 0 {
+	if c := cmp.Compare(a.Hash, b.Hash); c != 0 {
 		return c
 	}
 	return strings.Compare(a.Item, b.Item)
