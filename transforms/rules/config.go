@@ -144,7 +144,7 @@ func (c Config) FilterMaxBytes() int {
 		keys = ceilDiv(c.DedupeHorizon.Milliseconds(), c.Window.Milliseconds()) + 1
 	}
 	return ids*tableBytes[struct{}](c.MaxIDs, c.MaxIDs*idArenaBytes) +
-		keys*tableBytes[KeyState](c.MaxKeys, c.MaxKeys*keyArenaBytes)
+		keys*keyWindowBytes(c.MaxKeys)
 }
 
 // stateful reports whether any rule needs memory across events (besides
@@ -202,6 +202,6 @@ func RegisterFlagsWith(fs *flag.FlagSet, prefix string, d Config) *Config {
 	fs.DurationVar(&cfg.DedupeHorizon, prefix+"dedupe_horizon", cfg.DedupeHorizon, "stream: how far back in event time event_ids are remembered (>= allowed lateness + clock skew)")
 	fs.DurationVar(&cfg.DedupeBucket, prefix+"dedupe_bucket", cfg.DedupeBucket, "stream: event-time bucket of the event_id sets")
 	fs.IntVar(&cfg.MaxIDs, prefix+"dedupe_max_ids", cfg.MaxIDs, "stream: event_ids remembered per dedupe bucket (beyond: counted as unchecked, a possible over-count)")
-	fs.IntVar(&cfg.MaxKeys, prefix+"rules_max_keys", cfg.MaxKeys, "stream: (user, item) keys remembered per rule window (beyond: counted as untracked, a possible over-count)")
+	fs.IntVar(&cfg.MaxKeys, prefix+"rules_max_keys", cfg.MaxKeys, "stream: (user, item) keys remembered per rule window, the most recently active (older ones are forgotten: a possible over-count, topk/rules_forgotten)")
 	return cfg
 }

@@ -74,7 +74,13 @@
 // grow: an event it cannot remember counts (Stats.Unchecked for event_ids,
 // Stats.Untracked for keys), which can only over-count, by at most that
 // many events, and a table's memory is reused when event time moves its
-// slot to a new bucket or window. So a Filter's memory is at most
+// slot to a new bucket or window. A rule window's keys are kept in two
+// generations of MaxKeys/2 (keyWindow): when the newer is full the older
+// is dropped, so the keys kept are the recently active ones and a long
+// tail of one-off keys (or a spam wave of junk ones) ages out rather than
+// switching the repeat and cap rules off for the rest of the hour; a
+// dropped key that comes back starts afresh (Stats.Forgotten: at most Cap
+// more events per forgotten key, again an over-count only). So a Filter's memory is at most
 // Filter.MaxBytes whatever the events (173 MiB at the defaults: 7 sets of
 // 2^18 event_ids, 2 tables of 2^17 keys; a
 // spam wave of a million junk keys or accounts fills tables, it does not

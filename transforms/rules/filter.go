@@ -114,10 +114,15 @@ type Stats struct {
 	// many events, never an under-count.
 	Unchecked uint64
 	// Untracked events had a (user, type, item) the Filter could not
-	// remember (its window's table was full, or the window is older than
-	// the horizon): the repeat and cap rules were not applied to them, an
-	// over-count of at most this many events.
+	// remember (the window is older than the horizon, or the key is longer
+	// than a table's arena): the repeat and cap rules were not applied to
+	// them, an over-count of at most this many events.
 	Untracked uint64
+	// Forgotten keys were dropped from a full window's older generation
+	// without an event since the newer one started (see keyWindow): if
+	// such a key comes back in the same rule window its repeats and cap
+	// start afresh, an over-count of at most Cap events per forgotten key.
+	Forgotten uint64
 }
 
 // Filter is the whole rule set for a stream: the event_id dedupe, the
@@ -151,9 +156,66 @@ type idBucket struct {
 	t     *table[struct{}]
 }
 
+// keyWindow is one rule window's (user, type, item) state: two
+// generations of half the window's MaxKeys each. A key is looked up in the
+// current generation, then the older one (from which it is copied forward);
+// a new key goes into the current one, and when that is full the older
+// generation is dropped and the current one becomes the older. So the keys
+// kept are the recently active ones: an account posting an item every few
+// seconds is never dropped by a long tail of one-off keys, which age out
+// (Stats.Forgotten) instead of filling the window for the rest of the hour.
+// Memory is that of one table of MaxKeys.
 type keyWindow struct {
-	epoch int64
-	t     *table[KeyState]
+	epoch     int64
+	cur, prev *table[KeyState]
+	promoted  uint64 // keys copied forward from prev since the last rotation
+}
+
+// keyHalf is the capacity of one generation of a window of maxKeys keys.
+func keyHalf(maxKeys int) int { return max(1, (maxKeys+1)/2) }
+
+func newKeyTable(maxKeys int) *table[KeyState] {
+	h := keyHalf(maxKeys)
+	return newTable[KeyState](h, h*keyArenaBytes)
+}
+
+// reset empties both generations for a new rule window.
+func (w *keyWindow) reset() {
+	w.cur.reset()
+	w.prev.reset()
+	w.promoted = 0
+}
+
+// get returns key's state, adding it (with its older generation's state,
+// if any) when new; nil only when the key cannot fit a generation at all.
+func (w *keyWindow) get(key []byte, h uint64, st *Stats) *KeyState {
+	if v := w.cur.lookup(key, h); v != nil {
+		return v
+	}
+	old := w.prev.lookup(key, h)
+	v, _, ok := w.cur.get(key, h)
+	if !ok { // the current generation is full: rotate
+		if n := uint64(w.prev.len()); n > w.promoted {
+			st.Forgotten += n - w.promoted
+		}
+		var carried KeyState
+		if old != nil {
+			carried = *old // prev is about to be reused
+		}
+		w.cur, w.prev = w.prev, w.cur
+		w.cur.reset()
+		w.promoted = 0
+		if v, _, ok = w.cur.get(key, h); !ok {
+			return nil
+		}
+		*v = carried
+		return v
+	}
+	if old != nil {
+		*v = *old
+		w.promoted++
+	}
+	return v
 }
 
 // Arena bytes per entry: event_ids and (user, type, item) keys longer on
@@ -192,8 +254,13 @@ func (r *Rules) NewFilter() *Filter {
 // events: the bound behind "memory does not grow with a spam wave".
 func (f *Filter) MaxBytes() int {
 	id := tableBytes[struct{}](f.maxIDs, f.maxIDs*idArenaBytes)
-	key := tableBytes[KeyState](f.maxKeys, f.maxKeys*keyArenaBytes)
-	return len(f.ids)*id + len(f.keys)*key
+	return len(f.ids)*id + len(f.keys)*keyWindowBytes(f.maxKeys)
+}
+
+// keyWindowBytes is a key window's fixed memory: two generations.
+func keyWindowBytes(maxKeys int) int {
+	h := keyHalf(maxKeys)
+	return 2 * tableBytes[KeyState](h, h*keyArenaBytes)
 }
 
 // Bytes is the memory of the tables allocated so far (at most MaxBytes).
@@ -205,8 +272,8 @@ func (f *Filter) Bytes() int {
 		}
 	}
 	for i := range f.keys {
-		if t := f.keys[i].t; t != nil {
-			n += t.bytes()
+		if w := &f.keys[i]; w.cur != nil {
+			n += w.cur.bytes() + w.prev.bytes()
 		}
 	}
 	return n
@@ -300,19 +367,19 @@ func (f *Filter) step(e *schemas.Event, ts int64, idh uint64) Reason {
 	}
 	w := &f.keys[floorMod(ep, int64(len(f.keys)))]
 	switch {
-	case w.t == nil:
-		w.t = newTable[KeyState](f.maxKeys, f.maxKeys*keyArenaBytes)
+	case w.cur == nil:
+		w.cur, w.prev = newKeyTable(f.maxKeys), newKeyTable(f.maxKeys)
 		w.epoch = ep
 	case ep > w.epoch:
-		w.t.reset()
+		w.reset()
 		w.epoch = ep
 	case ep < w.epoch:
 		f.stats.Untracked++
 		return OK
 	}
 	f.buf = AppendKey(f.buf[:0], e.User, e.Type, e.Item)
-	k, _, ok := w.t.get(f.buf, xxhash.Sum64(f.buf))
-	if !ok {
+	k := w.get(f.buf, xxhash.Sum64(f.buf), &f.stats)
+	if k == nil {
 		f.stats.Untracked++
 		return OK
 	}
@@ -337,8 +404,8 @@ func (f *Filter) forget() {
 		}
 	}
 	for i := range f.keys {
-		if t := f.keys[i].t; t != nil {
-			t.reset()
+		if w := &f.keys[i]; w.cur != nil {
+			w.reset()
 		}
 	}
 }

@@ -415,8 +415,52 @@ func TestMemoryFlatUnderSpam(t *testing.T) {
 	}
 	st := f.TakeStats()
 	t.Logf("heap %+d bytes over the wave; tables %d bytes (max %d); stats %+v", int64(after)-int64(before), f.Bytes(), f.MaxBytes(), st)
-	if st.Unchecked == 0 || st.Untracked == 0 {
+	if st.Unchecked == 0 || st.Forgotten == 0 {
 		t.Fatalf("the wave did not fill the tables: %+v", st)
+	}
+}
+
+// Property: a flood of one-off (user, item) keys, 20 times what the
+// window holds, does not switch the rules off for an active account: one
+// posting an item every 3 s through the flood is capped at exactly the
+// cap, and its repeats inside the gap are dropped, as the definition says;
+// the one-off keys age out (Stats.Forgotten), each still counted.
+func TestActiveKeysSurviveAFlood(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxKeys = 1 << 12
+	cfg.RepeatGap = 2 * time.Second
+	f := mustNew(t, cfg).NewFilter()
+	counted := map[string]int{}
+	n := 0
+	for i := range 80_000 {
+		at := t0.Add(time.Duration(i) * 10 * time.Millisecond) // 800 s
+		e := ev(fmt.Sprint("f_", i), "video", fmt.Sprint("v_", i), fmt.Sprint("u_", i), at)
+		if _, why := f.Check(&e); why != OK {
+			t.Fatalf("one-off event %d: %v", i, why)
+		}
+		// The account starts once the flood has filled the window twice
+		// over (a table keeping its first keys would never track it).
+		if i >= 10_000 && i%300 == 0 { // every 3 s
+			e := ev(fmt.Sprint("s_", i), "video", "v_spam", "u_spam", at)
+			if _, why := f.Check(&e); why == OK {
+				counted["spam"]++
+			}
+			n++
+		}
+		if i >= 10_000 && i%300 == 1 { // 10 ms after its post: a repeat
+			e := ev(fmt.Sprint("r_", i), "video", "v_spam", "u_spam", at)
+			if _, why := f.Check(&e); why == OK {
+				counted["repeat"]++
+			}
+		}
+	}
+	st := f.TakeStats()
+	t.Logf("%d spam posts; stats %+v", n, st)
+	if counted["spam"] != cfg.Cap || counted["repeat"] != 0 {
+		t.Errorf("the active account counted %d posts and %d repeats through the flood, want the cap %d and 0", counted["spam"], counted["repeat"], cfg.Cap)
+	}
+	if st.Forgotten < 60_000 || st.Untracked != 0 {
+		t.Errorf("forgotten %d, untracked %d: want the flood's one-off keys forgotten, none untracked", st.Forgotten, st.Untracked)
 	}
 }
 

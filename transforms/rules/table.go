@@ -92,6 +92,24 @@ func (t *table[V]) getString(key string, h uint64) (v *V, found, ok bool) {
 	}
 }
 
+// lookup returns the value of key (hash h), or nil; it never adds.
+func (t *table[V]) lookup(key []byte, h uint64) *V {
+	tag := h >> 32
+	for i := h & t.mask; ; i = (i + 1) & t.mask {
+		s := t.slots[i]
+		if s == 0 {
+			return nil
+		}
+		if s>>32 != tag {
+			continue
+		}
+		e := &t.ents[uint32(s)-1]
+		if string(t.keys[e.off:e.off+e.n]) == string(key) {
+			return &e.val
+		}
+	}
+}
+
 // reset empties the table, keeping its memory.
 func (t *table[V]) reset() {
 	clear(t.slots)
