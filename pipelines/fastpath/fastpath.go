@@ -8,7 +8,7 @@
 //	source -> preagg --(KV<partition, summary set>, ts = bucket)--> counter.Buckets (fixed 10 s, allowed lateness)
 //	   -> slide.Windows (state + event-time timers per partition: 1m, 5m every 10 s; 1h every minute)
 //	   -> merge.Lists (per window and shard: one union of the partitions per list) -> publish
-//	   5m lists -> trend (transforms/trend/trendbeam) -> publish                 (Config.Trending)
+//	   5m lists + users tallies (preagg) -> trend (transforms/trend/trendbeam) -> publish (Config.Trending)
 //	   slide minutes -> stitch.OpenParts -> stitch.Lists -> lists(24h, all)       (Config.Long)
 //	   dead letters -> files
 package fastpath
@@ -78,7 +78,7 @@ type Config struct {
 // DefaultConfig publishes 1m, 5m and 1h lists with the default counting
 // configuration; Source must still be set.
 func DefaultConfig() Config {
-	return Config{
+	c := Config{
 		Preagg:  preagg.DefaultConfig(),
 		Lists:   merge.DefaultConfig(),
 		Windows: []schemas.Window{schemas.Window1m, schemas.Window5m, schemas.Window1h},
@@ -89,6 +89,11 @@ func DefaultConfig() Config {
 		Trending: true,
 		Trend:    trendbeam.DefaultConfig(),
 	}
+	// Trending ranks by distinct trusted users: the pre-aggregation tallies
+	// the users of the 64 biggest items per (list, partition, bucket).
+	c.Trend.Trend.Counts = schemas.CountsUsers
+	c.Preagg.UsersTop = 64
+	return c
 }
 
 // Validate reports what cannot work, before anything runs.
@@ -113,6 +118,9 @@ func (c Config) validateAfterSource() error {
 	if c.Trending {
 		if err := c.Trend.Validate(); err != nil {
 			return fmt.Errorf("trending: %w", err)
+		}
+		if c.Trend.Trend.Counts == schemas.CountsUsers && c.Preagg.UsersTop == 0 {
+			return errors.New("trending: counts users needs the pre-aggregation's users tallies (preagg users top > 0)")
 		}
 	}
 	if c.Shards < 0 || c.Shards > 1024 {
@@ -165,7 +173,12 @@ func buildFrom(s beam.Scope, beacons, srcDead beam.PCollection, cfg Config) erro
 		return fmt.Errorf("rules: %w", err)
 	}
 	cfg.Lists.Rules = v
-	partials, decodeDead := preagg.Apply(s, beacons, cfg.Preagg)
+	pc := cfg.Preagg
+	trending := cfg.Trending && slices.Contains(cfg.Windows, schemas.Window5m)
+	if !trending || cfg.Trend.Trend.Counts != schemas.CountsUsers {
+		pc.UsersTop = 0 // no tallies nobody reads
+	}
+	partials, tallies, decodeDead := preagg.ApplyWithUsers(s, beacons, pc)
 	publish.DeadLetters(s, beam.Flatten(s, srcDead, decodeDead), cfg.DeadLetterDir)
 
 	buckets := counter.Buckets(s, partials, cfg.Preagg.Bucket, cfg.Preagg.AllowedLateness)
@@ -177,12 +190,13 @@ func buildFrom(s beam.Scope, beacons, srcDead beam.PCollection, cfg Config) erro
 	}
 	lists := merge.Lists(s, results, cfg.Preagg.Bucket, mw, cfg.Lists)
 	publish.Lists(s, lists, cfg.Publish)
-	if cfg.Trending && slices.Contains(cfg.Windows, schemas.Window5m) {
+	if trending {
 		tc := cfg.Trend
+		tc.Bucket, tc.Rules = cfg.Preagg.Bucket, cfg.Lists.Rules
 		if cfg.Long {
 			tc.Store = cfg.Exact
 		}
-		PublishTrending(s, lists, tc, cfg.Publish)
+		PublishTrending(s, lists, tallies, tc, cfg.Publish)
 	}
 	if cfg.Long {
 		lc := stitch.DefaultConfig()

@@ -19,7 +19,8 @@ import (
 // events/s over 2,000 items) with one item ramping from nothing to 3
 // events/s (about 9% of the traffic) between minutes 25 and 30, holding
 // until 40, through the whole fast path (5m window only): the 5m lists carry
-// their total, a trending list is written every minute under
+// their total, a trending list (by distinct users: every viral event is
+// from its own account, every background event anonymous) is written every minute under
 // DIR/hashtag/global/trending/, empty during the 20-minute warm-up, with the
 // ramping item at rank 1 by 2 minutes after its ramp ends and no background
 // item listed after the warm-up.
@@ -38,7 +39,7 @@ func TestTrendingReplay(t *testing.T) {
 		}
 		for j := 0; j < n; j++ {
 			events = append(events, schemas.Event{EventID: "v" + strconv.Itoa(sec) + "-" + strconv.Itoa(j), Type: "hashtag",
-				Item: "viral", User: "u", TS: start.Add(time.Duration(sec)*time.Second + time.Duration(j)*time.Millisecond)})
+				Item: "viral", User: "v" + strconv.Itoa(sec) + "-" + strconv.Itoa(j), TS: start.Add(time.Duration(sec)*time.Second + time.Duration(j)*time.Millisecond)})
 		}
 	}
 	sort.SliceStable(events, func(i, j int) bool { return events[i].TS.Before(events[j].TS) })
@@ -78,6 +79,9 @@ func TestTrendingReplay(t *testing.T) {
 		tl, err := schemas.UnmarshalTrending(b)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if tl.Counts != schemas.CountsUsers {
+			t.Fatalf("%s: counts %q, want users (the default)", tl.AsOf, tl.Counts)
 		}
 		if tl.AsOf.Before(warm) && len(tl.Items) != 0 {
 			t.Errorf("%s: %d items during the warm-up", tl.AsOf, len(tl.Items))

@@ -70,6 +70,7 @@ type Flags struct {
 	RecoveryHorizon time.Duration
 	Trending        bool
 	Trend           trendbeam.Config
+	UsersTop        int
 	Rules           *rules.Config // --rules, --bots, --cap, ...: all rules by default
 }
 
@@ -112,6 +113,8 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.IntVar(&f.Trend.Trend.Size, "trend_size", d.Trend.Trend.Size, "trending: most items a trending list holds")
 	fs.BoolVar(&f.Trend.Trend.Seasonal, "trend_seasonal", d.Trend.Trend.Seasonal, "trending: baseline from the same hour last week instead of the whole week's highest share")
 	fs.DurationVar(&f.Trend.Trend.WarmUp, "trend_warm_up", d.Trend.Trend.WarmUp, "trending: history a list needs before it lists anything")
+	fs.StringVar(&f.Trend.Trend.Counts, "trend_counts", d.Trend.Trend.Counts, "trending: what an item's share counts: users (distinct trusted users, HyperLogLog per warm item) or events")
+	fs.IntVar(&f.UsersTop, "trend_users_top", d.Preagg.UsersTop, "trending by users: items per (list, partition, 10s bucket) whose distinct users are sketched")
 	fs.BoolVar(&f.RecoveryLog, "recovery_log", true, "with a pubsub source (not on Dataflow): log every message to Bigtable (table fastlog in --bigtable_instance) before acknowledging it, and replay the log's last --recovery_horizon at start, so a crashed job restarts without losing or double-counting a message")
 	fs.DurationVar(&f.RecoveryHorizon, "recovery_horizon", 0, "how much publish time before its start a run replays from the recovery log (0: the longest window plus the allowed lateness and a bucket)")
 	fs.StringVar(&f.MetricsAddr, "metrics_addr", "", "serve Prometheus metrics (publish lag, list age, pointer moves, per-stage event and dead-letter counters, recovery log) on this address at /metrics")
@@ -149,6 +152,7 @@ func (f *Flags) Config(redisAddr string) (fastpath.Config, error) {
 	}
 	cfg.Preagg.MaxDistinct = f.MaxDistinct
 	cfg.Preagg.Scopes = f.Scopes
+	cfg.Preagg.UsersTop = f.UsersTop
 	if f.Rules != nil { // validated with the rest by cfg.Validate
 		rc := *f.Rules
 		cfg.Preagg.Rules = &rc

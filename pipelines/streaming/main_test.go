@@ -78,6 +78,18 @@ func TestTrendAndRecoveryFlags(t *testing.T) {
 	if cfg, err = parse(); err != nil || cfg.SourceOpts.RecoveryLog.Horizon != time.Hour+2*time.Minute+10*time.Second {
 		t.Errorf("default recovery horizon %v (%v), want 1h2m10s", cfg.SourceOpts.RecoveryLog.Horizon, err)
 	}
+	if c := cfg.Trend.Trend; c.Counts != "users" || cfg.Preagg.UsersTop != 64 {
+		t.Errorf("default trending counts %q, users top %d: want users, 64", c.Counts, cfg.Preagg.UsersTop)
+	}
+	if cfg, err = parse("--trend_counts=events", "--trend_users_top=0"); err != nil || cfg.Trend.Trend.Counts != "events" {
+		t.Errorf("--trend_counts=events: %v, counts %q", err, cfg.Trend.Trend.Counts)
+	}
+	if _, err := parse("--trend_users_top=0"); err == nil || !strings.Contains(err.Error(), "users") {
+		t.Errorf("trending by users without tallies: %v; want an error", err)
+	}
+	if _, err := parse("--trend_counts=views"); err == nil {
+		t.Error("--trend_counts=views: no error")
+	}
 	if _, err := parse("--trend_enter=0.001", "--trend_leave=0.002"); err == nil || !strings.Contains(err.Error(), "trending") {
 		t.Errorf("leave above enter: %v; want a trending configuration error", err)
 	}

@@ -39,11 +39,14 @@
 // (user, type, item) keys per 1 h rule window (2 tables), 26.6 MiB per
 // instance (the rules package's own defaults take 173 MiB). That dedupes
 // every event up to about 1,090 events/s per instance, and applies repeats
-// and caps to the first 32,768 keys of each hour. Beyond either bound the
-// rules do not apply to the event and it counts (topk/rules_unchecked,
-// topk/rules_untracked): the fast path over-counts by at most those
-// counters, it never drops an event the definition counts, and the exact
-// path corrects the hour. Events of one event_id or account that reach
+// and caps to the 16,384 to 32,768 most recently active keys of each hour
+// (two generations: a long tail of one-off keys ages out instead of
+// switching the rules off for the accounts that keep posting). Beyond
+// either bound the rules do not apply to the event and it counts
+// (topk/rules_unchecked, topk/rules_untracked; a forgotten key starts
+// afresh if it comes back, topk/rules_forgotten, at most the cap more per
+// key): the fast path over-counts by at most that, it never drops an event
+// the definition counts, and the exact path corrects the hour. Events of one event_id or account that reach
 // different instances are judged by each apart (again an over-count only).
 //
 // Out of order, one bound is weaker: a filter judges events in arrival
@@ -57,9 +60,11 @@
 package preagg
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -71,6 +76,7 @@ import (
 	"github.com/topk-dev/topk/schemas"
 	"github.com/topk-dev/topk/transforms/rules"
 	"github.com/topk-dev/topk/transforms/summary"
+	"github.com/topk-dev/topk/transforms/users"
 )
 
 // Config shapes the step. Zero values are not defaults: start from
@@ -102,6 +108,17 @@ type Config struct {
 	// not even the event_id dedupe. Start from DefaultRules, whose stream
 	// state is sized for the fast path.
 	Rules *rules.Config
+	// UsersTop, when > 0, makes ApplyWithUsers emit distinct-users tallies
+	// (users.Tally) per (list, partition, bucket) and flush: a sketch of
+	// every (user, item) pair counted, and the users of the UsersTop
+	// biggest items by count. Users are sampled by trust weight
+	// (users.Keep), so estimates count distinct trusted users; an event
+	// without an account is a user of its own (weight TrustUnknown). 0:
+	// none.
+	UsersTop int
+	// MaxPairs bounds the (item, user) pairs held per bundle for the
+	// tallies; the map flushes early when full. 0: 1<<20 (16 MiB).
+	MaxPairs int
 }
 
 // DefaultRules is rules.DefaultConfig with the stream state scaled down for
@@ -140,6 +157,12 @@ func (c Config) Validate() error {
 	}
 	if c.MaxDistinct < 1 {
 		return fmt.Errorf("max distinct %d < 1", c.MaxDistinct)
+	}
+	if c.UsersTop < 0 || c.UsersTop > 1<<16 {
+		return fmt.Errorf("users top %d outside [0, 65536]", c.UsersTop)
+	}
+	if c.MaxPairs < 0 {
+		return fmt.Errorf("max pairs %d < 0", c.MaxPairs)
 	}
 	for _, t := range c.Types {
 		if !schemas.IsType(t) {
@@ -196,11 +219,23 @@ func Apply(s beam.Scope, beacons beam.PCollection, cfg Config) (summaries, dead 
 	if err := cfg.Validate(); err != nil {
 		panic(fmt.Sprintf("preagg: %v", err))
 	}
+	summaries, _, dead = ApplyWithUsers(s, beacons, cfg)
+	return summaries, dead
+}
+
+// ApplyWithUsers is Apply that also returns the distinct-users tallies of
+// cfg.UsersTop > 0: a PCollection<KV<ListKey, users.Tally binary>>
+// timestamped with the bucket's start, one per (list, partition, bucket)
+// per flush with users (empty when UsersTop is 0).
+func ApplyWithUsers(s beam.Scope, beacons beam.PCollection, cfg Config) (summaries, tallies, dead beam.PCollection) {
+	if err := cfg.Validate(); err != nil {
+		panic(fmt.Sprintf("preagg: %v", err))
+	}
 	fn, err := newPreaggFn(cfg)
 	if err != nil {
 		panic(fmt.Sprintf("preagg: %v", err))
 	}
-	return beam.ParDo2(s, fn, beacons)
+	return beam.ParDo3(s, fn, beacons)
 }
 
 // newPreaggFn copies cfg into the DoFn's exported fields, reading the rule
@@ -217,6 +252,11 @@ func newPreaggFn(cfg Config) (*preaggFn, error) {
 		Types:       cfg.Types,
 		MaxFutureMs: cfg.MaxFuture.Milliseconds(),
 		Scopes:      cfg.Scopes,
+		UsersTop:    cfg.UsersTop,
+		MaxPairs:    cfg.MaxPairs,
+	}
+	if fn.MaxPairs == 0 {
+		fn.MaxPairs = 1 << 20
 	}
 	if cfg.Rules != nil {
 		v, err := RulesVersion(cfg)
@@ -258,6 +298,7 @@ var (
 	rulesDropped   = newReasonCounters()
 	rulesUnchecked = beam.NewCounter("topk", "rules_unchecked")
 	rulesUntracked = beam.NewCounter("topk", "rules_untracked")
+	rulesForgotten = beam.NewCounter("topk", "rules_forgotten")
 )
 
 func newReasonCounters() (cs [rules.NumReasons]beam.Counter) {
@@ -268,7 +309,7 @@ func newReasonCounters() (cs [rules.NumReasons]beam.Counter) {
 }
 
 func init() {
-	register.DoFn5x1[context.Context, beam.EventTime, []byte, func(beam.EventTime, string, []byte), func(schemas.DeadLetter), error](&preaggFn{})
+	register.DoFn6x1[context.Context, beam.EventTime, []byte, func(beam.EventTime, string, []byte), func(beam.EventTime, string, []byte), func(schemas.DeadLetter), error](&preaggFn{})
 	register.Emitter3[beam.EventTime, string, []byte]()
 	register.Emitter1[schemas.DeadLetter]()
 }
@@ -285,6 +326,8 @@ type preaggFn struct {
 	Types       []string
 	MaxFutureMs int64
 	Scopes      bool
+	UsersTop    int
+	MaxPairs    int
 	// Rules, nil for none; RulesVersion is their version when the pipeline
 	// was built (what the lists carry).
 	Rules        *rules.Config
@@ -297,6 +340,7 @@ type preaggFn struct {
 	groups   map[groupKey]*group
 	free     []*summary.Counter // reset counters for reuse
 	distinct int
+	pairs    int    // (item, user) pairs held for the tallies
 	last     *group // the group of the previous event: most events share it
 	lastKey  groupKey
 	scopes   []string
@@ -313,7 +357,15 @@ type groupKey struct {
 type group struct {
 	key      groupKey
 	counters []*summary.Counter // by partition, nil until used
+	pairs    [][]pair           // by partition: counted (item, user) pairs, with UsersTop
 }
+
+// anonymous tells an event without an account (its user hash is its
+// event_id's) from an account of the same name.
+const anonymous = 0x5bd1e9955bd1e995
+
+// pair is one counted event's item and (trust-sampled) user hashes.
+type pair struct{ item, user uint64 }
 
 func (fn *preaggFn) Setup() error {
 	fn.cfg = summary.Config{N: fn.N, SketchWidth: fn.SketchW, SketchDepth: fn.SketchD}
@@ -341,10 +393,10 @@ func (fn *preaggFn) Setup() error {
 	return nil
 }
 
-func (fn *preaggFn) StartBundle(_ context.Context, _ func(beam.EventTime, string, []byte), _ func(schemas.DeadLetter)) {
+func (fn *preaggFn) StartBundle(_ context.Context, _, _ func(beam.EventTime, string, []byte), _ func(schemas.DeadLetter)) {
 }
 
-func (fn *preaggFn) ProcessElement(ctx context.Context, et beam.EventTime, beacon []byte, emit func(beam.EventTime, string, []byte), dead func(schemas.DeadLetter)) error {
+func (fn *preaggFn) ProcessElement(ctx context.Context, et beam.EventTime, beacon []byte, emit, tallies func(beam.EventTime, string, []byte), dead func(schemas.DeadLetter)) error {
 	r := &fn.reader
 	if err := r.Reset(beacon); err != nil {
 		fn.nBadB++
@@ -369,10 +421,23 @@ func (fn *preaggFn) ProcessElement(ctx context.Context, et beam.EventTime, beaco
 			fn.nLate++
 			continue
 		}
+		w := 1.0 // the trust weight is for the users tallies; counts add 1
 		if fn.filter != nil {
-			// The weight is for trend scores; counts add 1.
-			if _, why := fn.filter.Check(&e); why != rules.OK {
+			var why rules.Reason
+			if w, why = fn.filter.Check(&e); why != rules.OK {
 				continue // counted by reason in FinishBundle
+			}
+		}
+		var uh uint64 // 0: not in the tallies
+		if fn.UsersTop > 0 {
+			// An event without an account is a user of its own (its
+			// event_id's hash): anonymous views count as events do.
+			h := users.Hash(e.User)
+			if e.User == "" {
+				h = users.Hash(e.EventID) ^ anonymous
+			}
+			if users.Keep(h, w) {
+				uh = h | 1 // never 0
 			}
 		}
 		fn.nEvents++
@@ -395,9 +460,16 @@ func (fn *preaggFn) ProcessElement(ctx context.Context, et beam.EventTime, beaco
 			before := c.Len()
 			c.Add(e.Item, h, 1)
 			fn.distinct += c.Len() - before
+			if uh != 0 {
+				if g.pairs == nil {
+					g.pairs = make([][]pair, fn.Partitions)
+				}
+				g.pairs[p] = append(g.pairs[p], pair{h, uh})
+				fn.pairs++
+			}
 		}
-		if fn.distinct >= fn.MaxDistinct {
-			fn.flush(emit)
+		if fn.distinct >= fn.MaxDistinct || fn.pairs >= fn.MaxPairs {
+			fn.flush(emit, tallies)
 		}
 	}
 	if err := r.Err(); err != nil {
@@ -436,7 +508,7 @@ func (fn *preaggFn) counter() *summary.Counter {
 
 // flush emits one summary set per (bucket, partition) holding a summary per
 // list with events there, and resets the map.
-func (fn *preaggFn) flush(emit func(beam.EventTime, string, []byte)) {
+func (fn *preaggFn) flush(emit, tallies func(beam.EventTime, string, []byte)) {
 	type out struct {
 		keys []string
 		sums []*summary.Summary
@@ -456,6 +528,12 @@ func (fn *preaggFn) flush(emit func(beam.EventTime, string, []byte)) {
 				}
 				o.keys = append(o.keys, ListKey(k.typ, k.scope))
 				o.sums = append(o.sums, c.Summary(fn.cfg))
+				if g.pairs != nil && len(g.pairs[p]) > 0 {
+					fn.emitTally(k, c, g.pairs[p], tallies)
+				}
+			}
+			if g.pairs != nil {
+				g.pairs[p] = g.pairs[p][:0]
 			}
 			c.Reset()
 			fn.free = append(fn.free, c)
@@ -472,10 +550,47 @@ func (fn *preaggFn) flush(emit func(beam.EventTime, string, []byte)) {
 	}
 	fn.last = nil
 	fn.distinct = 0
+	fn.pairs = 0
 }
 
-func (fn *preaggFn) FinishBundle(ctx context.Context, emit func(beam.EventTime, string, []byte), _ func(schemas.DeadLetter)) {
-	fn.flush(emit)
+// emitTally emits the distinct-users tally of one (list, partition,
+// bucket): every distinct pair into Pairs, and the users of the UsersTop
+// biggest items of c. It sorts ps.
+func (fn *preaggFn) emitTally(k groupKey, c *summary.Counter, ps []pair, tallies func(beam.EventTime, string, []byte)) {
+	slices.SortFunc(ps, func(a, b pair) int {
+		if a.item != b.item {
+			return cmp.Compare(a.item, b.item)
+		}
+		return cmp.Compare(a.user, b.user)
+	})
+	t := users.NewTally()
+	for i, q := range ps {
+		if i == 0 || q != ps[i-1] {
+			t.Pairs.AddHash(users.PairHash(q.user, q.item))
+		}
+	}
+	for _, top := range c.Top(fn.UsersTop) {
+		lo, _ := slices.BinarySearchFunc(ps, top.Hash, func(q pair, h uint64) int { return cmp.Compare(q.item, h) })
+		if lo == len(ps) || ps[lo].item != top.Hash {
+			continue // none of its events had a user
+		}
+		e := t.Entry(top.Item)
+		e.Count = top.Count
+		for i := lo; i < len(ps) && ps[i].item == top.Hash; i++ {
+			if i == lo || ps[i] != ps[i-1] {
+				e.Users.AddHash(ps[i].user)
+			}
+		}
+	}
+	b, err := t.MarshalBinary()
+	if err != nil {
+		panic(err) // fresh sketches: cannot fail
+	}
+	tallies(beam.EventTime(k.bucket), ListKey(k.typ, k.scope), b)
+}
+
+func (fn *preaggFn) FinishBundle(ctx context.Context, emit, tallies func(beam.EventTime, string, []byte), _ func(schemas.DeadLetter)) {
+	fn.flush(emit, tallies)
 	flushes.Inc(ctx, 1)
 	eventsCounter.Inc(ctx, fn.nEvents)
 	badBeacons.Inc(ctx, fn.nBadB)
@@ -496,6 +611,9 @@ func (fn *preaggFn) FinishBundle(ctx context.Context, emit func(beam.EventTime, 
 		}
 		if st.Untracked > 0 {
 			rulesUntracked.Inc(ctx, int64(st.Untracked))
+		}
+		if st.Forgotten > 0 {
+			rulesForgotten.Inc(ctx, int64(st.Forgotten))
 		}
 	}
 }

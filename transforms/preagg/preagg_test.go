@@ -16,6 +16,7 @@ import (
 	"github.com/topk-dev/topk/schemas"
 	"github.com/topk-dev/topk/transforms/rules"
 	"github.com/topk-dev/topk/transforms/summary"
+	"github.com/topk-dev/topk/transforms/users"
 )
 
 var t0 = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
@@ -23,9 +24,10 @@ var t0 = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
 // harness drives a preaggFn without a runner: Setup, beacons, FinishBundle,
 // and sums the emitted summaries' counts per "type/scope/item".
 type harness struct {
-	fn     *preaggFn
-	counts map[string]uint64
-	dead   int
+	fn      *preaggFn
+	counts  map[string]uint64
+	tallies map[string]*users.Tally // by "type/scope", merged over buckets
+	dead    int
 }
 
 func newHarness(t testing.TB, cfg Config) *harness {
@@ -40,7 +42,21 @@ func newHarness(t testing.TB, cfg Config) *harness {
 	if err := fn.Setup(); err != nil {
 		t.Fatal(err)
 	}
-	return &harness{fn: fn, counts: map[string]uint64{}}
+	return &harness{fn: fn, counts: map[string]uint64{}, tallies: map[string]*users.Tally{}}
+}
+
+func (h *harness) tally(_ beam.EventTime, list string, b []byte) {
+	t, err := users.UnmarshalTally(b)
+	if err != nil {
+		panic(err)
+	}
+	k := strings.ReplaceAll(list, "\x00", "/")
+	if h.tallies[k] == nil {
+		h.tallies[k] = users.NewTally()
+	}
+	if err := h.tallies[k].Merge(t); err != nil {
+		panic(err)
+	}
 }
 
 func (h *harness) emit(_ beam.EventTime, _ string, set []byte) {
@@ -69,14 +85,14 @@ func (h *harness) send(t testing.TB, at time.Time, events ...schemas.Event) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = h.fn.ProcessElement(context.Background(), mtime.FromTime(at), b, h.emit, func(schemas.DeadLetter) { h.dead++ })
+	err = h.fn.ProcessElement(context.Background(), mtime.FromTime(at), b, h.emit, h.tally, func(schemas.DeadLetter) { h.dead++ })
 	if err != nil {
 		t.Fatal(err)
 	}
 }
 
 func (h *harness) finish() {
-	h.fn.FinishBundle(context.Background(), h.emit, func(schemas.DeadLetter) {})
+	h.fn.FinishBundle(context.Background(), h.emit, h.tally, func(schemas.DeadLetter) {})
 }
 
 func ev(id, item, user string, at time.Time) schemas.Event {
@@ -176,13 +192,13 @@ func allocsPerBeacon(t *testing.T, rc *rules.Config) float64 {
 	h := newHarness(t, cfg)
 	beacons := benchBeacons(t, 4, 500, time.Minute)
 	for _, b := range beacons { // warm up: tables, groups, counters
-		h.fn.ProcessElement(context.Background(), mtime.FromTime(t0), b, nopEmit, nopDead)
+		h.fn.ProcessElement(context.Background(), mtime.FromTime(t0), b, nopEmit, nopEmit, nopDead)
 	}
 	// Fresh events (another seed) over the same minute.
 	fresh := benchBeaconsSeed(t, 9, 4, 500, time.Minute)
 	i := 0
 	allocs := testing.AllocsPerRun(len(fresh), func() {
-		h.fn.ProcessElement(context.Background(), mtime.FromTime(t0), fresh[i%len(fresh)], nopEmit, nopDead)
+		h.fn.ProcessElement(context.Background(), mtime.FromTime(t0), fresh[i%len(fresh)], nopEmit, nopEmit, nopDead)
 		i++
 	})
 	return allocs
@@ -228,15 +244,17 @@ func benchBeaconsSeed(tb testing.TB, seed uint64, n, size int, span time.Duratio
 
 // BenchmarkPreagg is the pre-aggregation's cost per event with the rules
 // off (nil), with only the dedupe (none) and with every rule (all, the
-// fast path's defaults): 2^18 events over 5 minutes of event time in
-// beacons of 500, Zipf(1.1) items and users, with scopes. One op is one
-// beacon; ns/event is the per-event cost. A pass over the beacons ends the
-// bundle (flush) and starts a fresh DoFn outside the timer, so no event is
-// a duplicate.
+// fast path's defaults), and with every rule and the distinct-users
+// tallies trending reads (all+users: UsersTop 64, the streaming default):
+// 2^18 events over 5 minutes of event time in beacons of 500, Zipf(1.1)
+// items and users, with scopes. One op is one beacon; ns/event is the
+// per-event cost. A pass over the beacons ends the bundle (flush, timed:
+// the tallies' sort and sketches happen there) and starts a fresh DoFn
+// outside the timer, so no event is a duplicate.
 func BenchmarkPreagg(b *testing.B) {
 	const size = 500
 	beacons := benchBeacons(b, (1<<18)/size, size, 5*time.Minute)
-	for _, name := range []string{"off", "none", "all"} {
+	for _, name := range []string{"off", "none", "all", "all+users"} {
 		b.Run(name, func(b *testing.B) {
 			cfg := DefaultConfig()
 			switch name {
@@ -247,6 +265,10 @@ func BenchmarkPreagg(b *testing.B) {
 			case "all":
 				rc := DefaultRules()
 				cfg.Rules = &rc
+			case "all+users":
+				rc := DefaultRules()
+				cfg.Rules = &rc
+				cfg.UsersTop = 64
 			}
 			h := newHarness(b, cfg)
 			ctx := context.Background()
@@ -257,13 +279,14 @@ func BenchmarkPreagg(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				k := i % len(beacons)
 				if k == 0 && i > 0 {
+					h.fn.flush(nopEmit, nopEmit)
 					b.StopTimer()
-					h.fn.FinishBundle(ctx, nopEmit, nopDead)
 					h = newHarness(b, cfg)
 					b.StartTimer()
 				}
-				h.fn.ProcessElement(ctx, at, beacons[k], nopEmit, nopDead)
+				h.fn.ProcessElement(ctx, at, beacons[k], nopEmit, nopEmit, nopDead)
 			}
+			h.fn.flush(nopEmit, nopEmit)
 			b.StopTimer()
 			if h.fn.filter != nil {
 				st = h.fn.filter.TakeStats()

@@ -122,6 +122,28 @@ func (c *Counter) Each(f func(item string, h, count uint64)) {
 	}
 }
 
+// Counted is one item of Top: its name (valid until the counter changes),
+// hash and count.
+type Counted struct {
+	Item  string
+	Hash  uint64
+	Count uint64
+}
+
+// Top returns the n items with the largest counts (ties: the smaller
+// hash), in no particular order. The items are valid until c changes.
+func (c *Counter) Top(n int) []Counted {
+	all := make([]Counted, 0, c.n)
+	c.Each(func(item string, h, count uint64) { all = append(all, Counted{item, h, count}) })
+	selectTop(all, n, func(a, b Counted) int {
+		if a.Count != b.Count {
+			return cmp.Compare(b.Count, a.Count)
+		}
+		return cmp.Compare(a.Hash, b.Hash)
+	})
+	return all[:max(0, min(n, len(all)))]
+}
+
 // key returns a slot's item without copying; valid until the arena changes.
 func (c *Counter) key(s *slot) string {
 	if s.len == 1 {

@@ -66,5 +66,16 @@
 // are hour averages, so they are at most the 5-minute maxima the job itself
 // would have recorded.
 //
-// Counts are events (schemas.CountsEvents) until distinct users are counted.
+// # Events or distinct users
+//
+// The scorer is unit-free: Input's counts and total are events
+// (schemas.CountsEvents, a list's entries over its total) or distinct
+// trusted users (schemas.CountsUsers: each item's distinct users, sampled
+// by trust weight, over the list's distinct (user, item) pairs), and the
+// list says which. The streaming job scores users by default
+// (transforms/trend/trendbeam): then 3,000 new accounts posting a tag 100
+// times weigh what their trust says (at 0.002, six users, under MinCount),
+// not 3,000 or 300,000. The hourly history from the exact tables is event
+// shares either way (the exact path counts events); for organic traffic,
+// where an account posts an item about once, the two shares agree.
 package trend

@@ -29,8 +29,8 @@ type Config struct {
 	// FloorPerHour is the smoothing floor in events an hour: p_hat is at
 	// least FloorPerHour * (5/60) / total. Default 3; must be > 0.
 	FloorPerHour float64
-	// MinCount is the minimum 5-minute count before an item scores. Default
-	// 20; 0 lets any count score.
+	// MinCount is the minimum 5-minute count (events or users) before an
+	// item scores. Default 20; 0 lets any count score.
 	MinCount uint64
 	// NoiseZ discounts the count by NoiseZ * sqrt(count) in the ratio.
 	// Default 2; 0 is the plain score.
@@ -61,7 +61,8 @@ type Config struct {
 	// 20 minutes; 0 lists from the first tick.
 	WarmUp time.Duration
 	// Counts is the unit of the counts (schemas.CountsEvents or
-	// CountsUsers). Default events.
+	// CountsUsers; see the package doc). Default events; the streaming job
+	// scores users.
 	Counts string
 }
 

@@ -20,6 +20,7 @@ package trendbeam
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -38,6 +39,7 @@ import (
 	"github.com/topk-dev/topk/transforms/exact/store"
 	"github.com/topk-dev/topk/transforms/stitch"
 	"github.com/topk-dev/topk/transforms/trend"
+	"github.com/topk-dev/topk/transforms/users"
 )
 
 // Config configures Trending.
@@ -54,6 +56,19 @@ type Config struct {
 	// HistoryTTL is how long a list's exact hourly totals are reused. Zero:
 	// 10 minutes.
 	HistoryTTL time.Duration
+	// Bucket is the users tallies' event-time bucket (preagg.Config.Bucket;
+	// 0: 10 s), and Rules the version of the rules behind them, which the
+	// lists scored by users carry (those scored by events carry their 5m
+	// list's).
+	Bucket time.Duration
+	Rules  string
+}
+
+func (c Config) bucket() time.Duration {
+	if c.Bucket > 0 {
+		return c.Bucket
+	}
+	return 10 * time.Second
 }
 
 // DefaultConfig scores once a minute with trend.DefaultConfig and no exact
@@ -94,6 +109,7 @@ var (
 
 func init() {
 	register.DoFn3x1[string, []byte, func(beam.EventTime, string, []byte), error](&byListFn{})
+	register.Function4x0(tallyByListFn)
 	register.DoFn6x1[context.Context, state.Provider, timers.Provider, string, []byte, func(beam.EventTime, string, []byte), error](&scoreFn{})
 	register.Emitter3[beam.EventTime, string, []byte]()
 }
@@ -102,21 +118,66 @@ func init() {
 // any windowing) into trending lists: KV<"type:scope:trending", JSON>, one
 // per list and Every, timestamped at as_of - 1 ms in the global window.
 // Lists of other windows are ignored.
-func Trending(s beam.Scope, lists5m beam.PCollection, cfg Config) beam.PCollection {
+//
+// With cfg.Trend.Counts = schemas.CountsUsers, items are scored by distinct
+// trusted users instead of events, from tallies alone (lists5m is then
+// ignored and may be the zero PCollection): the pre-aggregation's
+// distinct-users tallies (preagg.ApplyWithUsers: KV<"type\x00scope",
+// users.Tally>, timestamped with their bucket), kept per list and bucket in
+// state; a tally arms a timer at the first Every boundary at or after its
+// bucket's end, and when the watermark passes it the buckets of the 5
+// minutes before are united and scored. An item's count is then its
+// distinct trusted users there, the total the distinct (user, item) pairs
+// of the whole list. Only items among the biggest of some bucket
+// (preagg.Config.UsersTop per partition and bucket) have a users sketch:
+// the warm items. With events, tallies is ignored (it may be the zero
+// PCollection).
+//
+// Why not join the tallies with the 5m lists: on Prism, a stateful DoFn
+// fed by a Flatten of the pre-aggregation's output and the lists' lost
+// top-list data under CPU load (TestReplayScopes under two busy loops,
+// 2026-12-01); scoring from the tallies alone has no such join.
+func Trending(s beam.Scope, lists5m, tallies beam.PCollection, cfg Config) beam.PCollection {
 	s = s.Scope("trend.Trending")
 	if err := cfg.Validate(); err != nil {
 		panic(err)
 	}
-	keyed := beam.ParDo(s, &byListFn{EveryMs: cfg.Every.Milliseconds()}, lists5m)
-	g := beam.WindowInto(s, window.NewGlobalWindows(), keyed)
+	var g beam.PCollection
+	if cfg.Trend.Counts == schemas.CountsUsers {
+		g = beam.WindowInto(s, window.NewGlobalWindows(), beam.ParDo(s, tallyByListFn, tallies))
+	} else {
+		keyed := beam.ParDo(s, &byListFn{EveryMs: cfg.Every.Milliseconds()}, lists5m)
+		g = beam.WindowInto(s, window.NewGlobalWindows(), keyed)
+	}
 	return beam.ParDo(s, &scoreFn{
 		Trend:        cfg.Trend,
 		Store:        cfg.Store,
 		HistoryTTLMs: cfg.HistoryTTL.Milliseconds(),
+		EveryMs:      cfg.Every.Milliseconds(),
+		BucketMs:     cfg.bucket().Milliseconds(),
+		Rules:        cfg.Rules,
 		Scorer:       state.MakeValueState[[]byte]("scorer"),
 		Pending:      state.MakeMapState[int64, []byte]("pending"),
+		Tallies:      state.MakeMapState[int64, []byte]("tallies"),
 		Tick:         timers.InEventTime("tick"),
 	}, g)
+}
+
+// Elements of the scorer's input are tagged by their first byte: a 5-minute
+// list, or a bucket's users tally (then 8 bytes of bucket start, Unix ms,
+// big-endian, before the tally).
+const (
+	tagList  = 'L'
+	tagTally = 'U'
+)
+
+// tallyByListFn keys a users tally by "type:scope", tagged with its bucket.
+func tallyByListFn(et beam.EventTime, key string, tally []byte, emit func(beam.EventTime, string, []byte)) {
+	typ, scope, _ := strings.Cut(key, "\x00")
+	v := make([]byte, 0, 9+len(tally))
+	v = append(v, tagTally)
+	v = binary.BigEndian.AppendUint64(v, uint64(int64(et)))
+	emit(et, typ+":"+scope, append(v, tally...))
 }
 
 // byListFn keeps the 5-minute lists on the cadence and keys them by
@@ -137,7 +198,7 @@ func (fn *byListFn) ProcessElement(key string, blob []byte, emit func(beam.Event
 	if ms%fn.EveryMs != 0 {
 		return nil
 	}
-	emit(beam.EventTime(ms-1), l.Type+":"+l.Scope, blob)
+	emit(beam.EventTime(ms-1), l.Type+":"+l.Scope, append([]byte{tagList}, blob...))
 	return nil
 }
 
@@ -145,9 +206,16 @@ type scoreFn struct {
 	Trend        trend.Config
 	Store        stitch.StoreConfig
 	HistoryTTLMs int64
+	EveryMs      int64
+	BucketMs     int64
+	Rules        string
 	Scorer       state.Value[[]byte]
 	Pending      state.Map[int64, []byte]
-	Tick         timers.EventTime
+	// Tallies holds, with users counts, one united users.Tally per bucket
+	// (start, Unix ms) of the next lists' 5 minutes, trimmed to
+	// Trend.MaxItems items.
+	Tallies state.Map[int64, []byte]
+	Tick    timers.EventTime
 
 	st   *store.Store
 	hist trend.History
@@ -173,7 +241,22 @@ func (fn *scoreFn) Teardown() {
 }
 
 // ProcessElement parks a list under its as_of and arms that as_of's timer.
-func (fn *scoreFn) ProcessElement(ctx context.Context, sp state.Provider, tp timers.Provider, key string, blob []byte, _ func(beam.EventTime, string, []byte)) error {
+func (fn *scoreFn) ProcessElement(ctx context.Context, sp state.Provider, tp timers.Provider, key string, v []byte, _ func(beam.EventTime, string, []byte)) error {
+	if len(v) == 0 {
+		return fmt.Errorf("trend %s: empty element", key)
+	}
+	if v[0] == tagTally {
+		bucket, err := fn.addTally(ctx, sp, key, v[1:])
+		if err != nil {
+			return err
+		}
+		// Score at the first cadence boundary at or after the bucket's end.
+		end := bucket + fn.BucketMs
+		at := (end + fn.EveryMs - 1) / fn.EveryMs * fn.EveryMs
+		fn.Tick.Set(tp, time.UnixMilli(at), timers.WithTag(strconv.FormatInt(at, 10)), timers.WithOutputTimestamp(time.UnixMilli(at-1)))
+		return nil
+	}
+	blob := v[1:]
 	l, err := schemas.UnmarshalList(blob)
 	if err != nil {
 		return fmt.Errorf("trend %s: %w", key, err)
@@ -196,15 +279,18 @@ func (fn *scoreFn) OnTimer(ctx context.Context, sp state.Provider, tp timers.Pro
 	if err != nil {
 		return fmt.Errorf("trend: timer tag %q: %w", tc.Tag, err)
 	}
-	keys, _, err := fn.Pending.Keys(sp)
-	if err != nil {
-		return err
+	byUsers := fn.Trend.Counts == schemas.CountsUsers
+	keys := []int64{upTo} // by users: the timer's as_of, from the tallies
+	if !byUsers {
+		if keys, _, err = fn.Pending.Keys(sp); err != nil {
+			return err
+		}
+		keys = slices.DeleteFunc(keys, func(k int64) bool { return k > upTo })
+		if len(keys) == 0 {
+			return nil
+		}
+		slices.Sort(keys)
 	}
-	keys = slices.DeleteFunc(keys, func(k int64) bool { return k > upTo })
-	if len(keys) == 0 {
-		return nil
-	}
-	slices.Sort(keys)
 	typ, scope, ok := strings.Cut(key, ":")
 	if !ok {
 		return fmt.Errorf("trend: key %q is not type:scope", key)
@@ -226,21 +312,30 @@ func (fn *scoreFn) OnTimer(ctx context.Context, sp state.Provider, tp timers.Pro
 		sc = trend.New(typ, scope, fn.Trend)
 	}
 	for _, ms := range keys {
-		blob, ok, err := fn.Pending.Get(sp, ms)
-		if err != nil {
-			return err
+		var in trend.Input
+		rules := fn.Rules
+		if byUsers {
+			if in, err = fn.usersInput(ctx, sp, time.UnixMilli(ms)); err != nil {
+				return fmt.Errorf("trend %s: %w", key, err)
+			}
+		} else {
+			blob, ok, err := fn.Pending.Get(sp, ms)
+			if err != nil {
+				return err
+			}
+			if err := fn.Pending.Remove(sp, ms); err != nil {
+				return err
+			}
+			if !ok {
+				continue
+			}
+			l, err := schemas.UnmarshalList(blob)
+			if err != nil {
+				return fmt.Errorf("trend %s: %w", key, err)
+			}
+			in, rules = trend.InputFromList(l), l.Rules
 		}
-		if err := fn.Pending.Remove(sp, ms); err != nil {
-			return err
-		}
-		if !ok {
-			continue
-		}
-		l, err := schemas.UnmarshalList(blob)
-		if err != nil {
-			return fmt.Errorf("trend %s: %w", key, err)
-		}
-		out, err := sc.Step(ctx, trend.InputFromList(l), fn.hist)
+		out, err := sc.Step(ctx, in, fn.hist)
 		switch {
 		case errors.Is(err, trend.ErrStale):
 			late.Inc(ctx, 1)
@@ -255,7 +350,7 @@ func (fn *scoreFn) OnTimer(ctx context.Context, sp state.Provider, tp timers.Pro
 			skipped.Inc(ctx, 1)
 			continue
 		}
-		out.Rules = l.Rules // scored from counts made with these rules
+		out.Rules = rules // scored from counts made with these rules
 		js, err := schemas.MarshalTrending(out)
 		if err != nil {
 			return fmt.Errorf("trend %s: %w", key, err)
@@ -263,9 +358,107 @@ func (fn *scoreFn) OnTimer(ctx context.Context, sp state.Provider, tp timers.Pro
 		emit(beam.EventTime(ms-1), out.Key().String(), js)
 		scored.Inc(ctx, 1)
 	}
+	if byUsers {
+		// The next list (upTo + Every) needs buckets from upTo + Every - 5m.
+		if err := fn.dropTallies(sp, upTo+fn.EveryMs-window5m); err != nil {
+			return err
+		}
+	}
 	enc, err := sc.MarshalBinary()
 	if err != nil {
 		return err
 	}
 	return fn.Scorer.Write(sp, enc)
+}
+
+var window5m = schemas.Window5m.Length().Milliseconds()
+
+// addTally unites a bucket's users tally (8 bytes of bucket start, then the
+// tally) with what the bucket holds.
+func (fn *scoreFn) addTally(ctx context.Context, sp state.Provider, key string, v []byte) (bucket int64, err error) {
+	if len(v) < 8 {
+		return 0, fmt.Errorf("trend %s: short tally element", key)
+	}
+	bucket = int64(binary.BigEndian.Uint64(v))
+	t, err := users.UnmarshalTally(v[8:])
+	if err != nil {
+		return 0, fmt.Errorf("trend %s: %w", key, err)
+	}
+	old, ok, err := fn.Tallies.Get(sp, bucket)
+	if err != nil {
+		return 0, err
+	}
+	if ok {
+		// A bucket this code cannot read or unite with (a format or
+		// precision change) starts over rather than stopping the job.
+		prev, err := users.UnmarshalTally(old)
+		if err == nil {
+			err = t.Merge(prev)
+		}
+		if err != nil {
+			log.Errorf(ctx, "trend %s: users of bucket %d dropped: %v", key, bucket, err)
+			if t, err = users.UnmarshalTally(v[8:]); err != nil {
+				return 0, err
+			}
+		}
+	}
+	t.Trim(fn.Trend.MaxItems)
+	enc, err := t.MarshalBinary()
+	if err != nil {
+		return 0, err
+	}
+	return bucket, fn.Tallies.Put(sp, bucket, enc)
+}
+
+// usersInput is the scorer's input for the 5 minutes before asOf from the
+// buckets' tallies: each item's distinct trusted users, over the list's
+// distinct (user, item) pairs.
+func (fn *scoreFn) usersInput(ctx context.Context, sp state.Provider, asOf time.Time) (trend.Input, error) {
+	to := asOf.UnixMilli()
+	keys, _, err := fn.Tallies.Keys(sp)
+	if err != nil {
+		return trend.Input{}, err
+	}
+	u := users.NewTally()
+	for _, b := range keys {
+		if b < to-window5m || b >= to {
+			continue
+		}
+		raw, ok, err := fn.Tallies.Get(sp, b)
+		if err != nil || !ok {
+			return trend.Input{}, err
+		}
+		t, err := users.UnmarshalTally(raw)
+		if err == nil {
+			err = u.Merge(t)
+		}
+		if err != nil { // see addTally: skipped, not fatal
+			log.Errorf(ctx, "trend: users of bucket %d skipped: %v", b, err)
+			continue
+		}
+	}
+	u.Trim(fn.Trend.MaxItems)
+	in := trend.Input{AsOf: asOf, Total: u.Pairs.Estimate(), Items: make([]trend.Count, 0, len(u.Items))}
+	for it, e := range u.Items {
+		if n := e.Users.Estimate(); n > 0 {
+			in.Items = append(in.Items, trend.Count{Item: it, Count: n})
+		}
+	}
+	return in, nil
+}
+
+// dropTallies removes the buckets before from.
+func (fn *scoreFn) dropTallies(sp state.Provider, from int64) error {
+	keys, _, err := fn.Tallies.Keys(sp)
+	if err != nil {
+		return err
+	}
+	for _, b := range keys {
+		if b < from {
+			if err := fn.Tallies.Remove(sp, b); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

@@ -139,7 +139,7 @@ func TestTrendingOnPrism(t *testing.T) {
 
 	p, s := beam.NewPipelineWithRoot()
 	in := beam.ParDo(s, unpackFn, beam.CreateList(s, packed))
-	got := Trending(s, in, cfg)
+	got := Trending(s, in, beam.PCollection{}, cfg)
 	passert.Equals(s, beam.ParDo(s, formatFn, got), beam.CreateList(s, want))
 	publish.Lists(s, got, publish.Config{RedisAddr: conn.Addr, RedisPrefix: prefix, ListsOut: dir})
 	if err := ptest.Run(p); err != nil {

@@ -108,7 +108,7 @@ func TestTrendingWithExactHistory(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Store = stitch.StoreConfig{Project: st.Project, Instance: st.Instance, EmulatorAddr: st.EmulatorAddr}
 	p, s := beam.NewPipelineWithRoot()
-	got := Trending(s, beam.ParDo(s, unpackFn, beam.CreateList(s, packed)), cfg)
+	got := Trending(s, beam.ParDo(s, unpackFn, beam.CreateList(s, packed)), beam.PCollection{}, cfg)
 	passert.Count(s, got, "lists", len(packed))
 	passert.Empty(s, beam.ParDo(s, checkDailyFn, got))
 	if err := ptest.Run(p); err != nil {

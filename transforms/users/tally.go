@@ -1,0 +1,221 @@
+package users
+
+import (
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Tally is one list's distinct-users record for one stretch of event time
+// (a bucket, or the merge of a window's buckets): a sketch of every distinct
+// (user, item) pair counted in the list (so Pairs estimates the sum over
+// all items of their distinct users, the denominator of a users share), and
+// for the list's biggest items by count a sketch of their own users.
+//
+// Tallies merge by union (register maximum): merging the same tally twice,
+// as a retried bundle does, changes nothing. Trim bounds a tally to its
+// biggest items by count; Pairs always covers every item.
+type Tally struct {
+	Pairs Sketch
+	Items map[string]*TallyEntry
+}
+
+// TallyEntry is one item's events and distinct users in a Tally.
+type TallyEntry struct {
+	// Count is the item's counted events (a sum over merged tallies): the
+	// order Trim keeps items by.
+	Count uint64
+	Users Sketch
+}
+
+// NewTally returns an empty tally; its sketches are of TallyPrecision.
+func NewTally() *Tally {
+	return &Tally{Pairs: Sketch{p: TallyPrecision}, Items: map[string]*TallyEntry{}}
+}
+
+// PairHash is the hash of a (user, item) pair from the user's Hash and the
+// item's hash (any 64-bit hash of the item, the same everywhere).
+func PairHash(user, item uint64) uint64 {
+	// splitmix64's finaliser over a combination: pairs of different users
+	// or items land on independent-looking hashes.
+	x := user ^ (item * 0x9e3779b97f4a7c15)
+	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
+	x = (x ^ x>>27) * 0x94d049bb133111eb
+	return x ^ x>>31
+}
+
+// Entry returns item's entry, creating it.
+func (t *Tally) Entry(item string) *TallyEntry {
+	if t.Items == nil {
+		t.Items = map[string]*TallyEntry{}
+	}
+	e := t.Items[item]
+	if e == nil {
+		e = &TallyEntry{Users: Sketch{p: TallyPrecision}}
+		t.Items[strings.Clone(item)] = e
+	}
+	return e
+}
+
+// Merge adds o into t: counts add, sketches unite.
+func (t *Tally) Merge(o *Tally) error {
+	if err := t.Pairs.Merge(&o.Pairs); err != nil {
+		return err
+	}
+	for it, oe := range o.Items {
+		e := t.Entry(it)
+		e.Count += oe.Count
+		if err := e.Users.Merge(&oe.Users); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Trim keeps the max items with the highest counts (ties: the smaller
+// name).
+func (t *Tally) Trim(max int) {
+	if len(t.Items) <= max {
+		return
+	}
+	names := make([]string, 0, len(t.Items))
+	for it := range t.Items {
+		names = append(names, it)
+	}
+	slices.SortFunc(names, func(a, b string) int {
+		ca, cb := t.Items[a].Count, t.Items[b].Count
+		if ca != cb {
+			if ca > cb {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a, b)
+	})
+	for _, it := range names[max:] {
+		delete(t.Items, it)
+	}
+}
+
+// Tally binary format, version 1:
+//
+//	"TKT" 0x01
+//	uint32 len (big-endian), Pairs (Sketch's binary format)
+//	uvarint n, then n times: uvarint len, item; uvarint count;
+//	uint32 len, users (Sketch's binary format)
+//
+// Items are written in name order.
+const tallyMagic = "TKT"
+
+// AppendBinary appends t's binary form to dst.
+func (t *Tally) AppendBinary(dst []byte) ([]byte, error) {
+	dst = append(dst, tallyMagic...)
+	dst = append(dst, version)
+	var err error
+	if dst, err = appendSketch(dst, &t.Pairs); err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(t.Items))
+	for it := range t.Items {
+		names = append(names, it)
+	}
+	slices.Sort(names)
+	dst = binary.AppendUvarint(dst, uint64(len(names)))
+	for _, it := range names {
+		e := t.Items[it]
+		dst = binary.AppendUvarint(dst, uint64(len(it)))
+		dst = append(dst, it...)
+		dst = binary.AppendUvarint(dst, e.Count)
+		if dst, err = appendSketch(dst, &e.Users); err != nil {
+			return nil, err
+		}
+	}
+	return dst, nil
+}
+
+// appendSketch appends s as a 4-byte big-endian length and its binary
+// form, encoded in place (no copy).
+func appendSketch(dst []byte, s *Sketch) ([]byte, error) {
+	at := len(dst)
+	dst = append(dst, 0, 0, 0, 0)
+	dst, err := s.AppendBinary(dst)
+	if err != nil {
+		return nil, err
+	}
+	binary.BigEndian.PutUint32(dst[at:], uint32(len(dst)-at-4))
+	return dst, nil
+}
+
+// UnmarshalTally decodes a tally. Any input either decodes or returns an
+// error wrapping ErrBadSketch; it never panics.
+func UnmarshalTally(data []byte) (*Tally, error) {
+	if len(data) < len(tallyMagic)+1 || string(data[:len(tallyMagic)]) != tallyMagic {
+		return nil, fmt.Errorf("%w: no %q header", ErrBadSketch, tallyMagic)
+	}
+	if v := data[len(tallyMagic)]; v != version {
+		return nil, fmt.Errorf("%w: tally version %d, want %d", ErrBadSketch, v, version)
+	}
+	r := data[len(tallyMagic)+1:]
+	next := func(what string) ([]byte, error) {
+		n, k := binary.Uvarint(r)
+		if k <= 0 || n > uint64(len(r)-k) {
+			return nil, fmt.Errorf("%w: tally: bad %s length", ErrBadSketch, what)
+		}
+		b := r[k : k+int(n)]
+		r = r[k+int(n):]
+		return b, nil
+	}
+	sketch := func(what string) ([]byte, error) {
+		if len(r) < 4 || uint64(binary.BigEndian.Uint32(r)) > uint64(len(r)-4) {
+			return nil, fmt.Errorf("%w: tally: bad %s length", ErrBadSketch, what)
+		}
+		n := int(binary.BigEndian.Uint32(r))
+		b := r[4 : 4+n]
+		r = r[4+n:]
+		return b, nil
+	}
+	t := NewTally()
+	b, err := sketch("pairs")
+	if err != nil {
+		return nil, err
+	}
+	if err := t.Pairs.UnmarshalBinary(b); err != nil {
+		return nil, err
+	}
+	n, k := binary.Uvarint(r)
+	if k <= 0 || n > uint64(len(r)) {
+		return nil, fmt.Errorf("%w: tally: bad item count", ErrBadSketch)
+	}
+	r = r[k:]
+	for range n {
+		name, err := next("item")
+		if err != nil {
+			return nil, err
+		}
+		c, k := binary.Uvarint(r)
+		if k <= 0 {
+			return nil, fmt.Errorf("%w: tally: bad count", ErrBadSketch)
+		}
+		r = r[k:]
+		sk, err := sketch("users")
+		if err != nil {
+			return nil, err
+		}
+		if _, dup := t.Items[string(name)]; dup {
+			return nil, fmt.Errorf("%w: tally: item %q twice", ErrBadSketch, name)
+		}
+		e := &TallyEntry{Count: c, Users: Sketch{p: TallyPrecision}}
+		if err := e.Users.UnmarshalBinary(sk); err != nil {
+			return nil, err
+		}
+		t.Items[string(name)] = e
+	}
+	if len(r) != 0 {
+		return nil, fmt.Errorf("%w: tally: %d trailing bytes", ErrBadSketch, len(r))
+	}
+	return t, nil
+}
+
+// MarshalBinary is AppendBinary to a new buffer.
+func (t *Tally) MarshalBinary() ([]byte, error) { return t.AppendBinary(nil) }
