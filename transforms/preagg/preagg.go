@@ -109,9 +109,9 @@ type Config struct {
 	// state is sized for the fast path.
 	Rules *rules.Config
 	// UsersTop, when > 0, makes ApplyWithUsers emit distinct-users tallies
-	// (users.Tally) per (list, partition, bucket) and flush: a sketch of
-	// every (user, item) pair counted, and the users of the UsersTop
-	// biggest items by count. Users are sampled by trust weight
+	// (users.Tally) per (list, bucket) and flush: a sketch of every (user,
+	// item) pair counted, and the users of the UsersTop biggest items by
+	// count of each partition. Users are sampled by trust weight
 	// (users.Keep), so estimates count distinct trusted users; an event
 	// without an account is a user of its own (weight TrustUnknown). 0:
 	// none.
@@ -225,8 +225,8 @@ func Apply(s beam.Scope, beacons beam.PCollection, cfg Config) (summaries, dead 
 
 // ApplyWithUsers is Apply that also returns the distinct-users tallies of
 // cfg.UsersTop > 0: a PCollection<KV<ListKey, users.Tally binary>>
-// timestamped with the bucket's start, one per (list, partition, bucket)
-// per flush with users (empty when UsersTop is 0).
+// timestamped with the bucket's start, one per (list, bucket) per flush
+// with users (empty when UsersTop is 0).
 func ApplyWithUsers(s beam.Scope, beacons beam.PCollection, cfg Config) (summaries, tallies, dead beam.PCollection) {
 	if err := cfg.Validate(); err != nil {
 		panic(fmt.Sprintf("preagg: %v", err))
@@ -515,6 +515,7 @@ func (fn *preaggFn) flush(emit, tallies func(beam.EventTime, string, []byte)) {
 	}
 	outs := map[[2]int64]*out{}
 	for k, g := range fn.groups {
+		var t *users.Tally // the group's users, over its partitions
 		for p, c := range g.counters {
 			if c == nil {
 				continue
@@ -529,7 +530,10 @@ func (fn *preaggFn) flush(emit, tallies func(beam.EventTime, string, []byte)) {
 				o.keys = append(o.keys, ListKey(k.typ, k.scope))
 				o.sums = append(o.sums, c.Summary(fn.cfg))
 				if g.pairs != nil && len(g.pairs[p]) > 0 {
-					fn.emitTally(k, c, g.pairs[p], tallies)
+					if t == nil {
+						t = users.NewTally()
+					}
+					fn.addTally(t, c, g.pairs[p])
 				}
 			}
 			if g.pairs != nil {
@@ -537,6 +541,13 @@ func (fn *preaggFn) flush(emit, tallies func(beam.EventTime, string, []byte)) {
 			}
 			c.Reset()
 			fn.free = append(fn.free, c)
+		}
+		if t != nil {
+			b, err := t.MarshalBinary()
+			if err != nil {
+				panic(err) // fresh sketches: cannot fail
+			}
+			tallies(beam.EventTime(k.bucket), ListKey(k.typ, k.scope), b)
 		}
 		delete(fn.groups, k)
 	}
@@ -553,17 +564,17 @@ func (fn *preaggFn) flush(emit, tallies func(beam.EventTime, string, []byte)) {
 	fn.pairs = 0
 }
 
-// emitTally emits the distinct-users tally of one (list, partition,
-// bucket): every distinct pair into Pairs, and the users of the UsersTop
-// biggest items of c. It sorts ps.
-func (fn *preaggFn) emitTally(k groupKey, c *summary.Counter, ps []pair, tallies func(beam.EventTime, string, []byte)) {
+// addTally adds one partition's users to its (list, bucket)'s tally t:
+// every distinct pair into Pairs, and the users of the UsersTop biggest
+// items of c (a partition's items are its own, so the partitions' entries
+// never meet). It sorts ps.
+func (fn *preaggFn) addTally(t *users.Tally, c *summary.Counter, ps []pair) {
 	slices.SortFunc(ps, func(a, b pair) int {
 		if a.item != b.item {
 			return cmp.Compare(a.item, b.item)
 		}
 		return cmp.Compare(a.user, b.user)
 	})
-	t := users.NewTally()
 	for i, q := range ps {
 		if i == 0 || q != ps[i-1] {
 			t.Pairs.AddHash(users.PairHash(q.user, q.item))
@@ -582,11 +593,6 @@ func (fn *preaggFn) emitTally(k groupKey, c *summary.Counter, ps []pair, tallies
 			}
 		}
 	}
-	b, err := t.MarshalBinary()
-	if err != nil {
-		panic(err) // fresh sketches: cannot fail
-	}
-	tallies(beam.EventTime(k.bucket), ListKey(k.typ, k.scope), b)
 }
 
 func (fn *preaggFn) FinishBundle(ctx context.Context, emit, tallies func(beam.EventTime, string, []byte), _ func(schemas.DeadLetter)) {

@@ -296,6 +296,7 @@ func BenchmarkPreagg(b *testing.B) {
 					n += c
 				}
 				b.ReportMetric(float64(st.Untracked)/float64(max(n, 1)), "untracked/event")
+				b.ReportMetric(float64(st.Forgotten)/float64(max(n, 1)), "forgotten-keys/event")
 			}
 			events := float64(b.N) * size
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/events, "ns/event")
