@@ -192,7 +192,7 @@ func buildFrom(s beam.Scope, beacons, srcDead beam.PCollection, cfg Config) erro
 	publish.Lists(s, lists, cfg.Publish)
 	if trending {
 		tc := cfg.Trend
-		tc.Bucket, tc.Rules, tc.AllowedLateness = cfg.Preagg.Bucket, cfg.Lists.Rules, cfg.Preagg.AllowedLateness
+		tc.Bucket, tc.Rules = cfg.Preagg.Bucket, cfg.Lists.Rules
 		if cfg.Long {
 			tc.Store = cfg.Exact
 		}
