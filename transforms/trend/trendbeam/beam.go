@@ -1,9 +1,12 @@
 // Package trendbeam runs the trend scorer (transforms/trend) in the
 // streaming job: a stateful DoFn keyed by list (type, scope) that consumes
-// the fast path's 5-minute lists, KV<"type:scope:5m", schemas.List JSON>
-// (merge.Lists' output), and emits trending lists, KV<"type:scope:trending",
-// schemas.Trending JSON>, for publish.Lists.
+// either the pre-aggregation's distinct-users tallies (by users, the
+// streaming job's default: see Trending) or the fast path's 5-minute lists,
+// KV<"type:scope:5m", schemas.List JSON> (merge.Lists' output; by events),
+// and emits trending lists, KV<"type:scope:trending", schemas.Trending
+// JSON>, for publish.Lists.
 //
+// By events:
 // Lists are scored in as_of order whatever order they arrive in: each one
 // waits in map state under its as_of and an event-time timer per as_of (tag
 // = as_of) fires when the watermark passes it, scoring every waiting list up
@@ -136,7 +139,7 @@ func init() {
 // Why not join the tallies with the 5m lists, or unite each bucket's in a
 // GroupByKey first: on Prism, either topology lost top-list data under CPU
 // load (TestReplayScopes with two busy loops beside it, 2026-12-01: the
-// Flatten 3 runs of 3, the GroupByKey 2 of 2; this one 0 of 3, and the
+// Flatten 3 runs of 3, the GroupByKey 2 of 2; this one 0 of 4, and the
 // pipeline before the tallies 0 of 1). The cause is not found; the loss is
 // in the top lists, upstream of this step, so the test to re-run before
 // changing this topology is that one.
