@@ -46,8 +46,9 @@
 // (topk/rules_unchecked, topk/rules_untracked; a forgotten key starts
 // afresh if it comes back, topk/rules_forgotten, at most the cap more per
 // key): the fast path over-counts by at most that, it never drops an event
-// the definition counts, and the exact path corrects the hour. Events of one event_id or account that reach
-// different instances are judged by each apart (again an over-count only).
+// the definition counts, and the exact path corrects the hour. Events of one
+// event_id or account that reach different instances are judged by each
+// apart (again an over-count only).
 //
 // Out of order, one bound is weaker: a filter judges events in arrival
 // order, so where an account's cap bites it may keep later events of the
@@ -57,6 +58,17 @@
 // accounts that posted it more than the cap in that rule window, at most
 // the cap per such account (TestReplayRulesOutOfOrder in pipelines/fastpath:
 // 20 s of jitter, under by up to 18 in a partial 1h window).
+//
+// # Distinct users
+//
+// With Config.UsersTop (the streaming job's default when trending counts
+// users), the step also keeps, per (list, partition, bucket), the (item,
+// user) hash pairs of the counted events, each user sampled by its trust
+// weight (users.Keep), and at each flush emits one users.Tally per (list,
+// bucket): a HyperLogLog of every distinct pair, and one of the users of
+// each partition's UsersTop biggest items (ApplyWithUsers). The pairs are
+// bounded by Config.MaxPairs per bundle (an early flush, as for keys);
+// the tallies feed the trend scorer (transforms/trend/trendbeam).
 package preagg
 
 import (
