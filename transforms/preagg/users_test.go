@@ -1,14 +1,20 @@
 package preagg
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/mtime"
+
 	"github.com/topk-dev/topk/schemas"
+	"github.com/topk-dev/topk/transforms/users"
 )
 
 // Property (issue 12): the users tallies count each item's distinct
@@ -63,20 +69,20 @@ func TestUsersTallies(t *testing.T) {
 			if tl == nil {
 				t.Fatalf("no tally for video/global: %v", h.tallies)
 			}
-			users := func(item string) uint64 {
+			usersOf := func(item string) uint64 {
 				e := tl.Items[item]
 				if e == nil {
 					t.Fatalf("%s: not in the tally (%d items)", item, len(tl.Items))
 				}
 				return e.Users.Estimate()
 			}
-			if got := users("v_spam"); got != 1 {
+			if got := usersOf("v_spam"); got != 1 {
 				t.Errorf("v_spam: %d users, want 1", got)
 			}
 			if got := h.counts["video/global/v_spam"]; got != uint64(rc.Cap) {
 				t.Errorf("v_spam: %d counted events, want the cap %d", got, rc.Cap)
 			}
-			if got := users("v_organic"); got != 60 {
+			if got := usersOf("v_organic"); got != 60 {
 				t.Errorf("v_organic: %d users, want 60", got)
 			}
 			if e := tl.Items["v_campaign"]; e != nil && e.Users.Estimate() != 0 {
@@ -92,4 +98,64 @@ func TestUsersTallies(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Property (issue 12): the users tallies' memory is flat under a spam
+// wave: 1.2M events, each of a new junk item from a new junk account, add
+// nothing to the live heap once the per-bundle buffers exist (the pairs
+// are bounded by MaxPairs, then flushed), and every tally holds at most
+// UsersTop items per partition.
+func TestUsersMemoryFlatUnderSpam(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spam wave")
+	}
+	cfg := DefaultConfig()
+	cfg.UsersTop = 64
+	cfg.MaxPairs = 1 << 16
+	cfg.MaxDistinct = 1 << 16
+	h := newHarness(t, cfg)
+	most := 0
+	tallies := func(_ beam.EventTime, _ string, b []byte) {
+		tl, err := users.UnmarshalTally(b)
+		if err != nil {
+			panic(err)
+		}
+		most = max(most, len(tl.Items))
+	}
+	batch := make([]schemas.Event, 500)
+	wave := func(from, n int) {
+		for i := from; i < from+n; i += len(batch) {
+			for j := range batch {
+				k := i + j
+				batch[j] = ev(fmt.Sprint("e", k), fmt.Sprint("junk", k), fmt.Sprint("acct", k), t0.Add(time.Duration(k%60_000)*time.Millisecond))
+			}
+			b, err := schemas.MarshalBeacon(&schemas.Beacon{BeaconID: "b", Events: batch})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := h.fn.ProcessElement(context.Background(), mtime.FromTime(t0.Add(time.Minute)), b, nopEmit, tallies, nopDead); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	wave(0, 200_000)
+	before := liveHeap()
+	wave(200_000, 1_000_000)
+	after := liveHeap()
+	h.fn.FinishBundle(context.Background(), nopEmit, tallies, nopDead)
+	t.Logf("heap %+d bytes over 1M junk items and accounts; largest tally %d items", int64(after)-int64(before), most)
+	if grown := int64(after) - int64(before); grown > 4<<20 {
+		t.Errorf("live heap grew by %d bytes under the spam wave", grown)
+	}
+	if most == 0 || most > 64*cfg.Partitions {
+		t.Errorf("largest tally %d items, want 1..%d (64 per partition)", most, 64*cfg.Partitions)
+	}
+}
+
+func liveHeap() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
 }
