@@ -47,9 +47,6 @@ type Sketch struct {
 // New returns an empty sketch.
 func New() *Sketch { return &Sketch{} }
 
-// NewPrecision returns an empty sketch of precision p (4..18).
-func NewPrecision(p uint8) *Sketch { return &Sketch{p: p} }
-
 func (s *Sketch) init() {
 	if s.hll == nil {
 		p := s.p
