@@ -3,6 +3,7 @@ package users
 import (
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 )
@@ -79,10 +80,7 @@ func (t *Tally) Trim(max int) {
 	if len(t.Items) <= max {
 		return
 	}
-	names := make([]string, 0, len(t.Items))
-	for it := range t.Items {
-		names = append(names, it)
-	}
+	names := slices.Collect(maps.Keys(t.Items))
 	slices.SortFunc(names, func(a, b string) int {
 		ca, cb := t.Items[a].Count, t.Items[b].Count
 		if ca != cb {
@@ -116,11 +114,7 @@ func (t *Tally) AppendBinary(dst []byte) ([]byte, error) {
 	if dst, err = appendSketch(dst, &t.Pairs); err != nil {
 		return nil, err
 	}
-	names := make([]string, 0, len(t.Items))
-	for it := range t.Items {
-		names = append(names, it)
-	}
-	slices.Sort(names)
+	names := slices.Sorted(maps.Keys(t.Items))
 	dst = binary.AppendUvarint(dst, uint64(len(names)))
 	for _, it := range names {
 		e := t.Items[it]
