@@ -52,6 +52,9 @@ var (
 	rulesDropped = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "topk_stream_rules_dropped_total", Help: "Events the countable-event rules dropped in the fast path, by rule.",
 	}, []string{"reason"})
+	rulesUnverified = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "topk_stream_rules_unverified_total", Help: "What the fast path's bounded rule state could not judge, counted rather than dropped (the over-count the exact path corrects): unchecked_events (event_id not remembered), untracked_events and forgotten_keys ((user, item) state not kept).",
+	}, []string{"kind"})
 
 	publishFailures = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "topk_stream_publish_failures_total", Help: "Failed attempts to publish a list to Redis (retried with backoff).",
@@ -81,7 +84,7 @@ func Collector() prometheus.Collector { return collector{} }
 type collector struct{}
 
 func (collector) all() []prometheus.Collector {
-	return []prometheus.Collector{messages, events, late, deadLetters, rulesDropped, publishFailures, recoveryLog, recoveryLogWrite}
+	return []prometheus.Collector{messages, events, late, deadLetters, rulesDropped, rulesUnverified, publishFailures, recoveryLog, recoveryLogWrite}
 }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
@@ -111,6 +114,14 @@ func Preagg(countedEvents, badBeacons, badEvents, lateEvents int64) {
 func RulesDropped(reason string, n int64) {
 	rulesDropped.WithLabelValues(reason).Add(float64(n))
 	decoded.Add(float64(n))
+}
+
+// RulesUnverified adds what a rule filter could not judge (rules.Stats):
+// unchecked and untracked events, forgotten keys.
+func RulesUnverified(unchecked, untracked, forgotten uint64) {
+	rulesUnverified.WithLabelValues("unchecked_events").Add(float64(unchecked))
+	rulesUnverified.WithLabelValues("untracked_events").Add(float64(untracked))
+	rulesUnverified.WithLabelValues("forgotten_keys").Add(float64(forgotten))
 }
 
 // SourceMessages adds n messages read by source ("pubsub").

@@ -14,6 +14,7 @@ func TestPreaggAndRules(t *testing.T) {
 	reg.MustRegister(Collector())
 	Preagg(100, 2, 3, 4)
 	RulesDropped("duplicate", 5)
+	RulesUnverified(6, 8, 9)
 	SourceMessages("pubsub", 7)
 	fams, err := reg.Gather()
 	if err != nil {
@@ -21,13 +22,16 @@ func TestPreaggAndRules(t *testing.T) {
 	}
 	got := Values(fams)
 	for k, want := range map[string]float64{
-		"topk_stream_events_total/decoded":          112,
-		"topk_stream_events_total/counted":          100,
-		"topk_stream_late_events_total":             4,
-		"topk_stream_dead_letters_total/bad_beacon": 2,
-		"topk_stream_dead_letters_total/bad_event":  3,
-		"topk_stream_rules_dropped_total/duplicate": 5,
-		"topk_stream_source_messages_total/pubsub":  7,
+		"topk_stream_events_total/decoded":                    112,
+		"topk_stream_events_total/counted":                    100,
+		"topk_stream_late_events_total":                       4,
+		"topk_stream_dead_letters_total/bad_beacon":           2,
+		"topk_stream_dead_letters_total/bad_event":            3,
+		"topk_stream_rules_dropped_total/duplicate":           5,
+		"topk_stream_source_messages_total/pubsub":            7,
+		"topk_stream_rules_unverified_total/unchecked_events": 6,
+		"topk_stream_rules_unverified_total/untracked_events": 8,
+		"topk_stream_rules_unverified_total/forgotten_keys":   9,
 	} {
 		if got[k] != want {
 			t.Errorf("%s = %v, want %v (all: %v)", k, got[k], want, got)

@@ -633,6 +633,7 @@ func (fn *preaggFn) FinishBundle(ctx context.Context, emit, tallies func(beam.Ev
 		if st.Forgotten > 0 {
 			rulesForgotten.Inc(ctx, int64(st.Forgotten))
 		}
+		stagemetrics.RulesUnverified(st.Unchecked, st.Untracked, st.Forgotten)
 	}
 }
 
