@@ -74,6 +74,33 @@ func (t *Tally) Merge(o *Tally) error {
 	return nil
 }
 
+// Absorb is Merge for an o that is not used again (a tally just decoded
+// to be united into t): an item or sketch t does not have yet is moved
+// from o, not copied, so uniting many tallies allocates only what is new.
+func (t *Tally) Absorb(o *Tally) error {
+	if t.Pairs.hll == nil && o.Pairs.hll != nil {
+		t.Pairs = o.Pairs
+	} else if err := t.Pairs.Merge(&o.Pairs); err != nil {
+		return err
+	}
+	if t.Items == nil {
+		t.Items = map[string]*TallyEntry{}
+	}
+	for it, oe := range o.Items {
+		e := t.Items[it]
+		if e == nil {
+			t.Items[it] = oe
+			continue
+		}
+		e.Count += oe.Count
+		if err := e.Users.Merge(&oe.Users); err != nil {
+			return err
+		}
+	}
+	*o = Tally{}
+	return nil
+}
+
 // Trim keeps the max items with the highest counts (ties: the smaller
 // name).
 func (t *Tally) Trim(max int) {

@@ -66,3 +66,46 @@ func TestTally(t *testing.T) {
 		UnmarshalTally(bad) // must not panic
 	}
 }
+
+// TestTallyAbsorb: uniting decoded tallies by Absorb gives what Merge
+// gives, into an empty tally and into one with items, and empties each
+// tally it absorbs.
+func TestTallyAbsorb(t *testing.T) {
+	parts := []map[string][]string{
+		{"x": {"u1", "u2", "u2", "u3"}, "y": {"u1"}},
+		{"x": {"u3", "u4"}, "z": {"u9", "u8"}},
+		{"z": {"u9", "u7"}, "w": {"u1"}},
+	}
+	merged, absorbed := NewTally(), NewTally()
+	for _, p := range parts {
+		if err := merged.Merge(tallyOf(p)); err != nil {
+			t.Fatal(err)
+		}
+		enc, err := tallyOf(p).MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := UnmarshalTally(enc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := absorbed.Absorb(d); err != nil {
+			t.Fatal(err)
+		}
+		if len(d.Items) != 0 || d.Pairs.Estimate() != 0 {
+			t.Errorf("absorbed tally not emptied: %d items", len(d.Items))
+		}
+	}
+	if got, want := absorbed.Pairs.Estimate(), merged.Pairs.Estimate(); got != want {
+		t.Errorf("pairs %d, Merge gives %d", got, want)
+	}
+	if len(absorbed.Items) != len(merged.Items) {
+		t.Fatalf("%d items, Merge gives %d", len(absorbed.Items), len(merged.Items))
+	}
+	for it, me := range merged.Items {
+		ae := absorbed.Items[it]
+		if ae == nil || ae.Count != me.Count || ae.Users.Estimate() != me.Users.Estimate() {
+			t.Errorf("%s: absorbed %+v, merged count %d users %d", it, ae, me.Count, me.Users.Estimate())
+		}
+	}
+}

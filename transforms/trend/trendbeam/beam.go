@@ -170,6 +170,8 @@ func Trending(s beam.Scope, lists5m, tallies beam.PCollection, cfg Config) beam.
 		Scorer:       state.MakeValueState[[]byte]("scorer"),
 		Pending:      state.MakeMapState[int64, []byte]("pending"),
 		Tallies:      state.MakeMapState[int64, []byte]("tallies"),
+		Pieces:       state.MakeBagState[[]byte]("pieces"),
+		NPieces:      state.MakeValueState[int64]("npieces"),
 		Tick:         timers.InEventTime("tick"),
 	}, g)
 }
@@ -227,6 +229,13 @@ type scoreFn struct {
 	// (start, Unix ms) of the next lists' 5 minutes, trimmed to
 	// Trend.MaxItems items.
 	Tallies state.Map[int64, []byte]
+	// Pieces holds the tallies arrived since Tallies was last brought up
+	// to date (8 bytes of bucket start, then the tally), NPieces how many:
+	// an arriving tally is appended, not united into its bucket, so a
+	// bucket's tally is decoded, united and encoded once per timer (or per
+	// maxPieces arrivals), not once per pre-aggregation flush.
+	Pieces  state.Bag[[]byte]
+	NPieces state.Value[int64]
 	Tick    timers.EventTime
 
 	st   *store.Store
@@ -323,6 +332,11 @@ func (fn *scoreFn) OnTimer(ctx context.Context, sp state.Provider, tp timers.Pro
 	if sc == nil {
 		sc = trend.New(typ, scope, fn.Trend)
 	}
+	if byUsers {
+		if err := fn.unitePieces(ctx, sp, key); err != nil {
+			return err
+		}
+	}
 	for _, ms := range keys {
 		var in trend.Input
 		rules := fn.Rules
@@ -385,41 +399,89 @@ func (fn *scoreFn) OnTimer(ctx context.Context, sp state.Provider, tp timers.Pro
 
 var window5m = schemas.Window5m.Length().Milliseconds()
 
-// addTally unites a bucket's users tally (8 bytes of bucket start, then the
-// tally) with what the bucket holds.
+// maxPieces bounds the tallies Pieces holds: at that many, the next
+// arrival brings Tallies up to date at once, so the state stays bounded
+// while the watermark (and so the timer) does not move.
+const maxPieces = 64
+
+// addTally appends a bucket's users tally (8 bytes of bucket start, then
+// the tally) to Pieces, uniting the pieces into Tallies when there are
+// maxPieces.
 func (fn *scoreFn) addTally(ctx context.Context, sp state.Provider, key string, v []byte) (bucket int64, err error) {
 	if len(v) < 8 {
 		return 0, fmt.Errorf("trend %s: short tally element", key)
 	}
 	bucket = int64(binary.BigEndian.Uint64(v))
-	t, err := users.UnmarshalTally(v[8:])
-	if err != nil {
-		return 0, fmt.Errorf("trend %s: %w", key, err)
+	if err := fn.Pieces.Add(sp, v); err != nil {
+		return 0, err
 	}
-	old, ok, err := fn.Tallies.Get(sp, bucket)
+	n, _, err := fn.NPieces.Read(sp)
 	if err != nil {
 		return 0, err
 	}
-	if ok {
-		// A bucket this code cannot read or unite with (a format or
-		// precision change) starts over rather than stopping the job.
-		prev, err := users.UnmarshalTally(old)
-		if err == nil {
-			err = t.Merge(prev)
+	if n+1 >= maxPieces {
+		return bucket, fn.unitePieces(ctx, sp, key)
+	}
+	return bucket, fn.NPieces.Write(sp, n+1)
+}
+
+// unitePieces unites the tallies in Pieces into their buckets' tallies in
+// Tallies (each bucket read, united and written once) and empties Pieces.
+// A piece or bucket this code cannot read or unite with (a format or
+// precision change) is dropped with an error in the log rather than
+// stopping the job.
+func (fn *scoreFn) unitePieces(ctx context.Context, sp state.Provider, key string) error {
+	pieces, ok, err := fn.Pieces.Read(sp)
+	if err != nil || !ok || len(pieces) == 0 {
+		return err
+	}
+	byBucket := map[int64]*users.Tally{}
+	for _, v := range pieces {
+		if len(v) < 8 {
+			return fmt.Errorf("trend %s: short tally piece", key)
 		}
+		bucket := int64(binary.BigEndian.Uint64(v))
+		t, err := users.UnmarshalTally(v[8:])
 		if err != nil {
-			log.Errorf(ctx, "trend %s: users of bucket %d dropped: %v", key, bucket, err)
-			if t, err = users.UnmarshalTally(v[8:]); err != nil {
-				return 0, err
+			log.Errorf(ctx, "trend %s: a users tally of bucket %d dropped: %v", key, bucket, err)
+			continue
+		}
+		acc := byBucket[bucket]
+		if acc == nil {
+			byBucket[bucket] = t
+			continue
+		}
+		if err := acc.Absorb(t); err != nil {
+			log.Errorf(ctx, "trend %s: a users tally of bucket %d dropped: %v", key, bucket, err)
+		}
+	}
+	for bucket, t := range byBucket {
+		old, ok, err := fn.Tallies.Get(sp, bucket)
+		if err != nil {
+			return err
+		}
+		if ok {
+			prev, err := users.UnmarshalTally(old)
+			if err == nil {
+				err = t.Absorb(prev)
+			}
+			if err != nil {
+				log.Errorf(ctx, "trend %s: users of bucket %d dropped: %v", key, bucket, err)
 			}
 		}
+		t.Trim(fn.Trend.MaxItems)
+		enc, err := t.MarshalBinary()
+		if err != nil {
+			return err
+		}
+		if err := fn.Tallies.Put(sp, bucket, enc); err != nil {
+			return err
+		}
 	}
-	t.Trim(fn.Trend.MaxItems)
-	enc, err := t.MarshalBinary()
-	if err != nil {
-		return 0, err
+	if err := fn.Pieces.Clear(sp); err != nil {
+		return err
 	}
-	return bucket, fn.Tallies.Put(sp, bucket, enc)
+	return fn.NPieces.Write(sp, 0)
 }
 
 // usersInput is the scorer's input for the 5 minutes before asOf from the
@@ -442,9 +504,9 @@ func (fn *scoreFn) usersInput(ctx context.Context, sp state.Provider, asOf time.
 		}
 		t, err := users.UnmarshalTally(raw)
 		if err == nil {
-			err = u.Merge(t)
+			err = u.Absorb(t)
 		}
-		if err != nil { // see addTally: skipped, not fatal
+		if err != nil { // see unitePieces: skipped, not fatal
 			log.Errorf(ctx, "trend: users of bucket %d skipped: %v", b, err)
 			continue
 		}
