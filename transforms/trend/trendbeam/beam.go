@@ -74,6 +74,27 @@ func (c Config) bucket() time.Duration {
 	return 10 * time.Second
 }
 
+// pane is the stretch of event time one united users tally in the
+// scorer's state covers: the largest that divides both Every and 5 minutes
+// (so every scored window is a union of whole panes) and is a multiple of
+// the bucket (so a bucket's tally lies in one pane); the bucket itself if
+// there is none. With the defaults, a minute: a score unites 5 tallies, not
+// 30 buckets'.
+func (c Config) pane() time.Duration {
+	g := gcd(c.Every, schemas.Window5m.Length())
+	if b := c.bucket(); g <= 0 || g%b != 0 {
+		return b
+	}
+	return g
+}
+
+func gcd(a, b time.Duration) time.Duration {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
 // DefaultConfig scores once a minute with trend.DefaultConfig and no exact
 // tables.
 func DefaultConfig() Config {
@@ -126,10 +147,11 @@ func init() {
 // trusted users instead of events, from tallies alone (lists5m is then
 // ignored and may be the zero PCollection): the pre-aggregation's
 // distinct-users tallies (preagg.ApplyWithUsers: KV<"type\x00scope",
-// users.Tally>, timestamped with their bucket), kept per list and bucket in
-// state; a tally arms a timer at the first Every boundary at or after its
-// bucket's end, and when the watermark passes it the buckets of the 5
-// minutes before are united and scored. An item's count is then its
+// users.Tally>, timestamped with their bucket), appended to the list's
+// state as they come; a tally arms a timer at the first Every boundary at
+// or after its bucket's end, and when the watermark passes it the tallies
+// that came are united into one per pane (Config.pane: a minute by
+// default), and the panes of the 5 minutes before are united and scored. An item's count is then its
 // distinct trusted users there, the total the distinct (user, item) pairs
 // of the whole list. Only items among the biggest of some bucket
 // (preagg.Config.UsersTop per partition and bucket) have a users sketch:
@@ -151,7 +173,8 @@ func Trending(s beam.Scope, lists5m, tallies beam.PCollection, cfg Config) beam.
 	var g beam.PCollection
 	if cfg.Trend.Counts == schemas.CountsUsers {
 		// Each tally (one per list, bucket and pre-aggregation flush) is
-		// united into its bucket's state as it comes. Uniting them first
+		// appended to the list's state as it comes, and united into its
+		// pane's tally when the list is next scored. Uniting them first
 		// in a GroupByKey of the bucket windows saved a quarter of the
 		// CPU, but on Prism it lost top-list data under CPU load (see the
 		// doc comment above), as a Flatten with the lists did.
@@ -166,6 +189,7 @@ func Trending(s beam.Scope, lists5m, tallies beam.PCollection, cfg Config) beam.
 		HistoryTTLMs: cfg.HistoryTTL.Milliseconds(),
 		EveryMs:      cfg.Every.Milliseconds(),
 		BucketMs:     cfg.bucket().Milliseconds(),
+		PaneMs:       cfg.pane().Milliseconds(),
 		Rules:        cfg.Rules,
 		Scorer:       state.MakeValueState[[]byte]("scorer"),
 		Pending:      state.MakeMapState[int64, []byte]("pending"),
@@ -222,17 +246,18 @@ type scoreFn struct {
 	HistoryTTLMs int64
 	EveryMs      int64
 	BucketMs     int64
+	PaneMs       int64
 	Rules        string
 	Scorer       state.Value[[]byte]
 	Pending      state.Map[int64, []byte]
-	// Tallies holds, with users counts, one united users.Tally per bucket
-	// (start, Unix ms) of the next lists' 5 minutes, trimmed to
-	// Trend.MaxItems items.
+	// Tallies holds, with users counts, one united users.Tally per pane
+	// (Config.pane; key: its start, Unix ms) of the next lists' 5 minutes,
+	// trimmed to Trend.MaxItems items.
 	Tallies state.Map[int64, []byte]
 	// Pieces holds the tallies arrived since Tallies was last brought up
 	// to date (8 bytes of bucket start, then the tally), NPieces how many:
-	// an arriving tally is appended, not united into its bucket, so a
-	// bucket's tally is decoded, united and encoded once per timer (or per
+	// an arriving tally is appended, not united into its pane, so a
+	// pane's tally is decoded, united and encoded once per timer (or per
 	// maxPieces arrivals), not once per pre-aggregation flush.
 	Pieces  state.Bag[[]byte]
 	NPieces state.Value[int64]
@@ -425,9 +450,9 @@ func (fn *scoreFn) addTally(ctx context.Context, sp state.Provider, key string, 
 	return bucket, fn.NPieces.Write(sp, n+1)
 }
 
-// unitePieces unites the tallies in Pieces into their buckets' tallies in
-// Tallies (each bucket read, united and written once) and empties Pieces.
-// A piece or bucket this code cannot read or unite with (a format or
+// unitePieces unites the tallies in Pieces into their panes' tallies in
+// Tallies (each pane read, united and written once) and empties Pieces.
+// A piece or pane this code cannot read or unite with (a format or
 // precision change) is dropped with an error in the log rather than
 // stopping the job.
 func (fn *scoreFn) unitePieces(ctx context.Context, sp state.Provider, key string) error {
@@ -435,7 +460,7 @@ func (fn *scoreFn) unitePieces(ctx context.Context, sp state.Provider, key strin
 	if err != nil || !ok || len(pieces) == 0 {
 		return err
 	}
-	byBucket := map[int64]*users.Tally{}
+	byPane := map[int64]*users.Tally{}
 	for _, v := range pieces {
 		if len(v) < 8 {
 			return fmt.Errorf("trend %s: short tally piece", key)
@@ -446,16 +471,17 @@ func (fn *scoreFn) unitePieces(ctx context.Context, sp state.Provider, key strin
 			log.Errorf(ctx, "trend %s: a users tally of bucket %d dropped: %v", key, bucket, err)
 			continue
 		}
-		acc := byBucket[bucket]
+		bucket -= mod(bucket, fn.PaneMs) // its pane
+		acc := byPane[bucket]
 		if acc == nil {
-			byBucket[bucket] = t
+			byPane[bucket] = t
 			continue
 		}
 		if err := acc.Absorb(t); err != nil {
 			log.Errorf(ctx, "trend %s: a users tally of bucket %d dropped: %v", key, bucket, err)
 		}
 	}
-	for bucket, t := range byBucket {
+	for bucket, t := range byPane {
 		old, ok, err := fn.Tallies.Get(sp, bucket)
 		if err != nil {
 			return err
@@ -507,7 +533,7 @@ func (fn *scoreFn) usersInput(ctx context.Context, sp state.Provider, asOf time.
 			err = u.Absorb(t)
 		}
 		if err != nil { // see unitePieces: skipped, not fatal
-			log.Errorf(ctx, "trend: users of bucket %d skipped: %v", b, err)
+			log.Errorf(ctx, "trend: users of pane %d skipped: %v", b, err)
 			continue
 		}
 	}
@@ -521,7 +547,10 @@ func (fn *scoreFn) usersInput(ctx context.Context, sp state.Provider, asOf time.
 	return in, nil
 }
 
-// dropTallies removes the buckets before from.
+// mod is a mod b in [0, b) for negative a too.
+func mod(a, b int64) int64 { return (a%b + b) % b }
+
+// dropTallies removes the panes before from.
 func (fn *scoreFn) dropTallies(sp state.Provider, from int64) error {
 	keys, _, err := fn.Tallies.Keys(sp)
 	if err != nil {

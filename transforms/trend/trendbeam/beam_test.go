@@ -167,3 +167,23 @@ func TestTrendingOnPrism(t *testing.T) {
 		}
 	}
 }
+
+// TestPane: the scorer's users panes divide both the cadence and 5
+// minutes and hold whole buckets.
+func TestPane(t *testing.T) {
+	for _, tc := range []struct{ every, bucket, want time.Duration }{
+		{time.Minute, 0, time.Minute},
+		{10 * time.Second, 0, 10 * time.Second},
+		{40 * time.Second, 0, 20 * time.Second},
+		{70 * time.Second, 0, 10 * time.Second},
+		{5 * time.Minute, 0, 5 * time.Minute},
+		{time.Minute, 15 * time.Second, time.Minute},
+		{time.Minute, 7 * time.Second, 7 * time.Second},
+	} {
+		c := DefaultConfig()
+		c.Every, c.Bucket = tc.every, tc.bucket
+		if got := c.pane(); got != tc.want {
+			t.Errorf("every %v, bucket %v: pane %v, want %v", tc.every, tc.bucket, got, tc.want)
+		}
+	}
+}
