@@ -587,6 +587,13 @@ func (fn *preaggFn) addTally(t *users.Tally, c *summary.Counter, ps []pair) {
 		}
 		return cmp.Compare(a.user, b.user)
 	})
+	distinct := 0
+	for i, q := range ps {
+		if i == 0 || q != ps[i-1] {
+			distinct++
+		}
+	}
+	t.Pairs.Expect(distinct)
 	for i, q := range ps {
 		if i == 0 || q != ps[i-1] {
 			t.Pairs.AddHash(users.PairHash(q.user, q.item))
@@ -599,7 +606,12 @@ func (fn *preaggFn) addTally(t *users.Tally, c *summary.Counter, ps []pair) {
 		}
 		e := t.Entry(top.Item)
 		e.Count = top.Count
-		for i := lo; i < len(ps) && ps[i].item == top.Hash; i++ {
+		hi := lo
+		for hi < len(ps) && ps[hi].item == top.Hash {
+			hi++
+		}
+		e.Users.Expect(hi - lo) // pairs, duplicates included: an upper bound
+		for i := lo; i < hi; i++ {
 			if i == lo || ps[i] != ps[i-1] {
 				e.Users.AddHash(ps[i].user)
 			}

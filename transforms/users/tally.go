@@ -107,19 +107,27 @@ func (t *Tally) Trim(max int) {
 	if len(t.Items) <= max {
 		return
 	}
-	names := slices.Collect(maps.Keys(t.Items))
-	slices.SortFunc(names, func(a, b string) int {
-		ca, cb := t.Items[a].Count, t.Items[b].Count
-		if ca != cb {
-			if ca > cb {
+	// Rank (count, name) pairs, not names looked up in the map on every
+	// comparison: a scorer trims a pane of thousands of items per score.
+	type ranked struct {
+		name  string
+		count uint64
+	}
+	rs := make([]ranked, 0, len(t.Items))
+	for it, e := range t.Items {
+		rs = append(rs, ranked{it, e.Count})
+	}
+	slices.SortFunc(rs, func(a, b ranked) int {
+		if a.count != b.count {
+			if a.count > b.count {
 				return -1
 			}
 			return 1
 		}
-		return strings.Compare(a, b)
+		return strings.Compare(a.name, b.name)
 	})
-	for _, it := range names[max:] {
-		delete(t.Items, it)
+	for _, r := range rs[max:] {
+		delete(t.Items, r.name)
 	}
 }
 

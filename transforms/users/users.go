@@ -57,6 +57,25 @@ func (s *Sketch) init() {
 	}
 }
 
+// Expect readies an empty sketch for at most about n distinct users:
+// dense at once when n is at least an eighth of its registers (512 at
+// precision 12). The library's sparse form re-merges its whole list every
+// m/100 new hashes and turns dense past m entries anyway: filling a
+// precision-12 sketch with 500 users one by one took 52 us sparse and
+// 4.6 us dense, 1,000 users 180 us and 7.6 us (2026-12-02, this 2-core
+// machine), for 1.5-2.9 KB against 4.1 KB encoded. Smaller sketches stay
+// sparse, a few bytes a user.
+func (s *Sketch) Expect(n int) {
+	if s.hll != nil {
+		return
+	}
+	p := s.p
+	if p == 0 {
+		p = Precision
+	}
+	s.hll, _ = hyperloglog.NewSketch(p, n<<3 < 1<<p)
+}
+
 // Hash is the hash a user is added by.
 func Hash(user string) uint64 { return xxhash.Sum64String(user) }
 

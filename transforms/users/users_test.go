@@ -196,3 +196,31 @@ func FuzzUnmarshalBinary(f *testing.F) {
 		_ = bytes.Equal
 	})
 }
+
+// TestExpect: a sketch readied for many users starts dense and estimates
+// as a sparse one does; one readied for few stays sparse (small).
+func TestExpect(t *testing.T) {
+	for _, n := range []int{10, 600, 5000, 50000} {
+		sparse, ready := Sketch{p: TallyPrecision}, Sketch{p: TallyPrecision}
+		ready.Expect(n)
+		for i := range n {
+			h := PairHash(uint64(i), 42)
+			sparse.AddHash(h)
+			ready.AddHash(h)
+		}
+		se, re := float64(sparse.Estimate()), float64(ready.Estimate())
+		if d := math.Abs(re-float64(n)) / float64(n); d > 0.05 {
+			t.Errorf("%d users, readied: estimate %v (sparse %v)", n, re, se)
+		}
+		enc, err := ready.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 10 && len(enc) > 200 {
+			t.Errorf("10 users readied: %d bytes, want a sparse sketch", len(enc))
+		}
+		if n >= 600 && len(enc) < 1<<TallyPrecision {
+			t.Errorf("%d users readied: %d bytes, want a dense sketch", n, len(enc))
+		}
+	}
+}
