@@ -151,8 +151,8 @@ func init() {
 // state as they come; a tally arms a timer at the first Every boundary at
 // or after its bucket's end, and when the watermark passes it the tallies
 // that came are united into one per pane (Config.pane: a minute by
-// default), and the panes of the 5 minutes before are united and scored. An item's count is then its
-// distinct trusted users there, the total the distinct (user, item) pairs
+// default), and the panes of the 5 minutes before are united and scored.
+// An item's count is then its distinct trusted users there, the total the distinct (user, item) pairs
 // of the whole list. Only items among the biggest of some bucket
 // (preagg.Config.UsersTop per partition and bucket) have a users sketch:
 // the warm items. With events, tallies is ignored (it may be the zero
@@ -471,18 +471,18 @@ func (fn *scoreFn) unitePieces(ctx context.Context, sp state.Provider, key strin
 			log.Errorf(ctx, "trend %s: a users tally of bucket %d dropped: %v", key, bucket, err)
 			continue
 		}
-		bucket -= mod(bucket, fn.PaneMs) // its pane
-		acc := byPane[bucket]
+		pane := bucket - mod(bucket, fn.PaneMs)
+		acc := byPane[pane]
 		if acc == nil {
-			byPane[bucket] = t
+			byPane[pane] = t
 			continue
 		}
 		if err := acc.Absorb(t); err != nil {
 			log.Errorf(ctx, "trend %s: a users tally of bucket %d dropped: %v", key, bucket, err)
 		}
 	}
-	for bucket, t := range byPane {
-		old, ok, err := fn.Tallies.Get(sp, bucket)
+	for pane, t := range byPane {
+		old, ok, err := fn.Tallies.Get(sp, pane)
 		if err != nil {
 			return err
 		}
@@ -492,7 +492,7 @@ func (fn *scoreFn) unitePieces(ctx context.Context, sp state.Provider, key strin
 				err = t.Absorb(prev)
 			}
 			if err != nil {
-				log.Errorf(ctx, "trend %s: users of bucket %d dropped: %v", key, bucket, err)
+				log.Errorf(ctx, "trend %s: users of pane %d dropped: %v", key, pane, err)
 			}
 		}
 		t.Trim(fn.Trend.MaxItems)
@@ -500,7 +500,7 @@ func (fn *scoreFn) unitePieces(ctx context.Context, sp state.Provider, key strin
 		if err != nil {
 			return err
 		}
-		if err := fn.Tallies.Put(sp, bucket, enc); err != nil {
+		if err := fn.Tallies.Put(sp, pane, enc); err != nil {
 			return err
 		}
 	}
