@@ -228,9 +228,6 @@ func SplitKey(k string) (typ, scope string, partition int, err error) {
 // construction, not on a worker).
 func Apply(s beam.Scope, beacons beam.PCollection, cfg Config) (summaries, dead beam.PCollection) {
 	s = s.Scope("preagg.Apply")
-	if err := cfg.Validate(); err != nil {
-		panic(fmt.Sprintf("preagg: %v", err))
-	}
 	summaries, _, dead = ApplyWithUsers(s, beacons, cfg)
 	return summaries, dead
 }
@@ -579,7 +576,7 @@ func (fn *preaggFn) flush(emit, tallies func(beam.EventTime, string, []byte)) {
 // addTally adds one partition's users to its (list, bucket)'s tally t:
 // every distinct pair into Pairs, and the users of the UsersTop biggest
 // items of c (a partition's items are its own, so the partitions' entries
-// never meet). It sorts ps.
+// never meet). It sorts and dedupes ps in place.
 func (fn *preaggFn) addTally(t *users.Tally, c *summary.Counter, ps []pair) {
 	slices.SortFunc(ps, func(a, b pair) int {
 		if a.item != b.item {
@@ -587,17 +584,10 @@ func (fn *preaggFn) addTally(t *users.Tally, c *summary.Counter, ps []pair) {
 		}
 		return cmp.Compare(a.user, b.user)
 	})
-	distinct := 0
-	for i, q := range ps {
-		if i == 0 || q != ps[i-1] {
-			distinct++
-		}
-	}
-	t.Pairs.Expect(distinct)
-	for i, q := range ps {
-		if i == 0 || q != ps[i-1] {
-			t.Pairs.AddHash(users.PairHash(q.user, q.item))
-		}
+	ps = slices.Compact(ps) // distinct pairs
+	t.Pairs.Expect(len(ps))
+	for _, q := range ps {
+		t.Pairs.AddHash(users.PairHash(q.user, q.item))
 	}
 	for _, top := range c.Top(fn.UsersTop) {
 		lo, _ := slices.BinarySearchFunc(ps, top.Hash, func(q pair, h uint64) int { return cmp.Compare(q.item, h) })
@@ -610,11 +600,9 @@ func (fn *preaggFn) addTally(t *users.Tally, c *summary.Counter, ps []pair) {
 		for hi < len(ps) && ps[hi].item == top.Hash {
 			hi++
 		}
-		e.Users.Expect(hi - lo) // pairs, duplicates included: an upper bound
-		for i := lo; i < hi; i++ {
-			if i == lo || ps[i] != ps[i-1] {
-				e.Users.AddHash(ps[i].user)
-			}
+		e.Users.Expect(hi - lo)
+		for _, q := range ps[lo:hi] {
+			e.Users.AddHash(q.user)
 		}
 	}
 }
