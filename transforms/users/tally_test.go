@@ -1,6 +1,7 @@
 package users
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"testing"
@@ -108,4 +109,106 @@ func TestTallyAbsorb(t *testing.T) {
 			t.Errorf("%s: absorbed %+v, merged count %d users %d", it, ae, me.Count, me.Users.Estimate())
 		}
 	}
+}
+
+// appendV1 writes t in tally format version 1 (what builds before
+// version 2 wrote into pipeline state): each sketch framed by a 4-byte
+// big-endian length around the Sketch binary format.
+func appendV1(t *Tally) []byte {
+	b := []byte("TKT\x01")
+	frame := func(s *Sketch) {
+		enc, err := s.MarshalBinary()
+		if err != nil {
+			panic(err)
+		}
+		b = binary.BigEndian.AppendUint32(b, uint32(len(enc)))
+		b = append(b, enc...)
+	}
+	frame(&t.Pairs)
+	b = binary.AppendUvarint(b, uint64(len(t.Items)))
+	for it, e := range t.Items {
+		b = binary.AppendUvarint(b, uint64(len(it)))
+		b = append(b, it...)
+		b = binary.AppendUvarint(b, e.Count)
+		frame(&e.Users)
+	}
+	return b
+}
+
+// TestTallyFormats: a tally of exact sets, an empty sketch and a dense
+// sketch survives version 2, and its version 1 encoding decodes to the
+// same; every truncation of either is an error.
+func TestTallyFormats(t *testing.T) {
+	tl := tallyOf(map[string][]string{"x": {"u1", "u2"}, "y": {"u1"}})
+	tl.Entry("empty").Count = 3
+	big := tl.Entry("big")
+	for i := range 5000 {
+		big.Count++
+		big.Users.Add(fmt.Sprint("u_", i))
+		tl.Pairs.AddHash(PairHash(Hash(fmt.Sprint("u_", i)), Hash("big")))
+	}
+	v2, err := tl.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, enc := range map[string][]byte{"v2": v2, "v1": appendV1(tl)} {
+		d, err := UnmarshalTally(enc)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if got, want := d.Pairs.Estimate(), tl.Pairs.Estimate(); got != want {
+			t.Errorf("%s: pairs %d, want %d", name, got, want)
+		}
+		if len(d.Items) != len(tl.Items) {
+			t.Fatalf("%s: %d items, want %d", name, len(d.Items), len(tl.Items))
+		}
+		for it, e := range tl.Items {
+			de := d.Items[it]
+			if de == nil || de.Count != e.Count || de.Users.Estimate() != e.Users.Estimate() {
+				t.Errorf("%s: %s decoded %+v, want count %d users %d", name, it, de, e.Count, e.Users.Estimate())
+			}
+		}
+		for i := range enc {
+			if _, err := UnmarshalTally(enc[:i]); !errors.Is(err, ErrBadSketch) {
+				t.Fatalf("%s truncated to %d bytes: %v", name, i, err)
+			}
+		}
+	}
+	if d, _ := UnmarshalTally(v2); d.Items["x"].Users.hll != nil || d.Items["big"].Users.hll == nil {
+		t.Error("version 2 did not keep x a set and big dense")
+	}
+}
+
+// FuzzUnmarshalTally: arbitrary bytes decode to an error wrapping
+// ErrBadSketch or to a tally that re-encodes to the same estimates.
+func FuzzUnmarshalTally(f *testing.F) {
+	tl := tallyOf(map[string][]string{"x": {"u1", "u2"}, "y": {"u1"}})
+	enc, _ := tl.MarshalBinary()
+	f.Add(enc)
+	f.Add(appendV1(tl))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		d, err := UnmarshalTally(data)
+		if err != nil {
+			if !errors.Is(err, ErrBadSketch) {
+				t.Fatalf("error %v does not wrap ErrBadSketch", err)
+			}
+			return
+		}
+		again, err := d.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		dd, err := UnmarshalTally(again)
+		if err != nil {
+			t.Fatalf("re-decode: %v", err)
+		}
+		if dd.Pairs.Estimate() != d.Pairs.Estimate() || len(dd.Items) != len(d.Items) {
+			t.Fatal("re-encoding changed the tally")
+		}
+		for it, e := range d.Items {
+			if de := dd.Items[it]; de == nil || de.Count != e.Count || de.Users.Estimate() != e.Users.Estimate() {
+				t.Fatalf("re-encoding changed %q", it)
+			}
+		}
+	})
 }

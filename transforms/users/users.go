@@ -1,17 +1,19 @@
 // Package users counts distinct users per item: a small mergeable
 // HyperLogLog sketch (Flajolet, Fusy, Gandouet, Meunier, "HyperLogLog: the
 // analysis of a near-optimal cardinality estimation algorithm", AofA 2007;
-// here github.com/axiomhq/hyperloglog, with Heule, Nunkesser and Hall's
-// sparse representation, "HyperLogLog in Practice", EDBT 2013) to attach to
+// the dense registers are github.com/axiomhq/hyperloglog's) to attach to
 // warm items per bucket, so that one account posting an item 500 times
-// counts once. It has no Beam import.
+// counts once. A sketch of few users is their exact set of (truncated)
+// hashes instead, as HyperLogLog++'s sparse form is (Heule, Nunkesser and
+// Hall, "HyperLogLog in Practice", EDBT 2013), kept as a plain sorted
+// array: see Sketch. It has no Beam import.
 //
-// Guarantee: at precision 14 (16,384 registers) the estimate's relative
-// standard error is 1.04/sqrt(16384) = 0.81%; below about 16,384 * 0.75
-// users the sparse representation is close to exact. Sketches merge by
-// register maximum, so a window's sketch is the merge of its buckets'
-// (they cannot subtract: rebuild a window from its buckets, as counts do).
-// Memory: a few bytes per user while sparse, at most 16 KB once dense.
+// Guarantee: exact up to m/4 users (m = 2^precision registers); above,
+// the relative standard error is 1.04/sqrt(m): 0.81% at precision 14,
+// 1.63% at TallyPrecision. Sketches merge by union (sets) or register
+// maximum, so a window's sketch is the merge of its buckets' (they cannot
+// subtract: rebuild a window from its buckets, as counts do). Memory: 4
+// bytes a user while a set, m bytes (16 KB at precision 14) once dense.
 //
 // Trusted users: AddWeighted keeps a user with probability equal to its
 // trust weight, decided by the user's own hash (so the same user is always
@@ -21,8 +23,10 @@
 package users
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/axiomhq/hyperloglog"
 	"github.com/cespare/xxhash/v2"
@@ -39,41 +43,119 @@ const TallyPrecision = 12
 
 // Sketch is a distinct-users sketch. The zero value is empty and ready to
 // use, at Precision. It is not safe for concurrent use.
+//
+// A sketch of few users is their exact set of hashes (set), not a
+// HyperLogLog: most items in a bucket have a handful of users, and the
+// library's sparse form cost more to build, decode and unite than the
+// counting it serves (BENCHMARKS.md, "Trending by users"). A set keeps
+// the top 32 bits of each hash: the register index and, unless the
+// 32-p bits under it are all zero (one hash in a million at precision
+// 12), the rank a HyperLogLog takes from the hash. Once a set holds more
+// than m/4 hashes (m = 2^precision registers; 1,024 at TallyPrecision),
+// when its 4 bytes a hash would outgrow the dense registers' m bytes, it
+// turns into a dense HyperLogLog of its precision, and stays one. Below
+// that the estimate is exact (up to 32-bit collisions: about 1 in 10,000
+// sets of 1,024 has one).
 type Sketch struct {
 	hll *hyperloglog.Sketch
-	p   uint8 // precision of a sketch still empty; 0: Precision
+	// set is the distinct hashes while hll is nil: sorted and without
+	// repeats from index 0 to sorted, in arrival order after it (AddHash
+	// appends; norm sorts once before a read).
+	set    []uint32
+	sorted int
+	p      uint8 // precision; 0: Precision
 }
 
 // New returns an empty sketch.
 func New() *Sketch { return &Sketch{} }
 
-func (s *Sketch) init() {
-	if s.hll == nil {
-		p := s.p
-		if p == 0 {
-			p = Precision
-		}
-		s.hll, _ = hyperloglog.NewSketch(p, true)
+func (s *Sketch) precision() uint8 {
+	if s.p == 0 {
+		return Precision
+	}
+	return s.p
+}
+
+// setMax is the most hashes an exact set of precision p holds: m/4, where
+// its 4 bytes a hash reach the dense registers' m bytes.
+func setMax(p uint8) int { return 1 << p >> 2 }
+
+// setHash is the part of a hash a set keeps, and unset the hash a
+// HyperLogLog is given for it: the same register, and the same rank
+// unless the kept bits under the register index are all zero.
+func setHash(h uint64) uint32 { return uint32(h >> 32) }
+func unset(x uint32) uint64   { return uint64(x)<<32 | 1<<31 }
+
+// empty reports whether no user was added.
+func (s *Sketch) empty() bool { return s.hll == nil && len(s.set) == 0 }
+
+// Expect readies an empty sketch for at most about n distinct users:
+// dense at once when n is more than an exact set holds (setMax), so a
+// sketch that will be big never copies a set first.
+func (s *Sketch) Expect(n int) {
+	if !s.empty() {
+		return
+	}
+	if n > setMax(s.precision()) {
+		s.toDense()
+		return
+	}
+	s.set = make([]uint32, 0, n)
+}
+
+// toDense turns the sketch into a dense HyperLogLog of its precision
+// holding the set's hashes.
+func (s *Sketch) toDense() {
+	h, err := hyperloglog.NewSketch(s.precision(), false)
+	if err != nil {
+		panic(err) // precisions are checked where they are set
+	}
+	for _, x := range s.set {
+		h.InsertHash(unset(x))
+	}
+	s.hll, s.set, s.sorted, s.p = h, nil, 0, s.precision()
+}
+
+// norm sorts and dedupes the set's unsorted tail into its sorted head, and
+// turns the sketch dense if the set outgrew setMax.
+func (s *Sketch) norm() {
+	if s.hll != nil || s.sorted == len(s.set) {
+		return
+	}
+	tail := s.set[s.sorted:]
+	slices.Sort(tail)
+	if s.sorted == 0 {
+		s.set = slices.Compact(s.set)
+	} else {
+		s.set = unite(nil, s.set[:s.sorted], slices.Compact(tail))
+	}
+	s.sorted = len(s.set)
+	if len(s.set) > setMax(s.precision()) {
+		s.toDense()
 	}
 }
 
-// Expect readies an empty sketch for at most about n distinct users:
-// dense at once when n is at least an eighth of its registers (512 at
-// precision 12). The library's sparse form re-merges its whole list every
-// m/100 new hashes and turns dense past m entries anyway: filling a
-// precision-12 sketch with 500 users one by one took 52 us sparse and
-// 4.6 us dense, 1,000 users 180 us and 7.6 us (2026-12-02, this 2-core
-// machine), for 1.5-2.9 KB against 4.1 KB encoded. Smaller sketches stay
-// sparse, a few bytes a user.
-func (s *Sketch) Expect(n int) {
-	if s.hll != nil {
-		return
+// unite appends the sorted union of the sorted, repeat-free a and b to dst
+// (which must not overlap them).
+func unite(dst, a, b []uint32) []uint32 {
+	dst = slices.Grow(dst, len(a)+len(b))
+	i, j := 0, 0
+	for i < len(a) && j < len(b) {
+		switch {
+		case a[i] < b[j]:
+			dst = append(dst, a[i])
+			i++
+		case a[i] > b[j]:
+			dst = append(dst, b[j])
+			j++
+		default:
+			dst = append(dst, a[i])
+			i++
+			j++
+		}
 	}
-	p := s.p
-	if p == 0 {
-		p = Precision
-	}
-	s.hll, _ = hyperloglog.NewSketch(p, n<<3 < 1<<p)
+	dst = append(dst, a[i:]...)
+	return append(dst, b[j:]...)
 }
 
 // Hash is the hash a user is added by.
@@ -84,8 +166,26 @@ func (s *Sketch) Add(user string) { s.AddHash(Hash(user)) }
 
 // AddHash adds a user by its Hash.
 func (s *Sketch) AddHash(h uint64) {
-	s.init()
-	s.hll.InsertHash(h)
+	if s.hll != nil {
+		s.hll.InsertHash(h)
+		return
+	}
+	x := setHash(h)
+	if n := len(s.set); n == s.sorted && (n == 0 || s.set[n-1] <= x) {
+		if n > 0 && s.set[n-1] == x {
+			return
+		}
+		s.set = append(s.set, x) // in order: stays sorted
+		s.sorted++
+		if s.sorted > setMax(s.precision()) {
+			s.toDense()
+		}
+		return
+	}
+	s.set = append(s.set, x)
+	if len(s.set)-s.sorted > setMax(s.precision()) {
+		s.norm()
+	}
 }
 
 // AddWeighted adds a user of trust weight w in [0,1] with probability w,
@@ -116,46 +216,94 @@ func Keep(h uint64, w float64) bool {
 	return float64(x>>11) < w*(1<<53)
 }
 
-// Estimate is the number of distinct users added (0 for an empty sketch).
+// Estimate is the number of distinct users added (0 for an empty sketch):
+// exact while the sketch is a set.
 func (s *Sketch) Estimate() uint64 {
-	if s.hll == nil {
-		return 0
+	if s.hll != nil {
+		return s.hll.Estimate()
 	}
-	return s.hll.Estimate()
+	s.norm()
+	if s.hll != nil {
+		return s.hll.Estimate()
+	}
+	return uint64(len(s.set))
 }
 
-// Merge adds o's users to s.
+// ErrPrecision is wrapped by Merge's error for two HyperLogLogs of
+// different precisions.
+var ErrPrecision = errors.New("users: sketches of different precisions")
+
+// Merge adds o's users to s. An empty s takes o's precision; a set merges
+// into a sketch of any precision (it has the users' hashes), two
+// HyperLogLogs only at the same precision (else an error, and s is
+// unchanged).
 func (s *Sketch) Merge(o *Sketch) error {
-	if o == nil || o.hll == nil {
+	if o == nil || o.empty() {
 		return nil
 	}
-	if s.hll == nil { // an empty sketch takes o's precision
-		s.hll = o.hll.Clone()
+	o.norm()
+	if s.empty() {
+		*s = *o.Clone()
 		return nil
+	}
+	if o.hll == nil {
+		if s.hll != nil {
+			for _, x := range o.set {
+				s.hll.InsertHash(unset(x))
+			}
+			return nil
+		}
+		s.norm()
+		if s.hll == nil {
+			s.set = unite(make([]uint32, 0, len(s.set)+len(o.set)), s.set, o.set)
+			s.sorted = len(s.set)
+			if len(s.set) > setMax(s.precision()) {
+				s.toDense()
+			}
+			return nil
+		}
+		return s.Merge(o)
+	}
+	if s.precision() != o.p {
+		return fmt.Errorf("%w: %d and %d", ErrPrecision, s.precision(), o.p)
+	}
+	if s.hll == nil {
+		s.toDense()
 	}
 	return s.hll.Merge(o.hll)
 }
 
 // Clone returns a copy of s.
 func (s *Sketch) Clone() *Sketch {
-	if s.hll == nil {
-		return &Sketch{p: s.p}
+	if s.hll != nil {
+		return &Sketch{hll: s.hll.Clone(), p: s.p}
 	}
-	return &Sketch{hll: s.hll.Clone()}
+	s.norm()
+	if s.hll != nil {
+		return s.Clone()
+	}
+	return &Sketch{set: slices.Clone(s.set), sorted: len(s.set), p: s.p}
 }
 
-// Binary format, version 1:
+// Binary format, version 2:
 //
-//	"TKU" 0x01
-//	then either nothing (an empty sketch) or the HyperLogLog's own binary
-//	encoding (axiomhq/hyperloglog's MarshalBinary, which carries its own
-//	version and precision), which must fill the rest of the buffer.
+//	"TKU" 0x02
+//	then nothing (an empty sketch), or
+//	'S', precision (1 byte), uvarint n, then n hashes' top 32 bits (4
+//	bytes each, little-endian, strictly increasing; n at most m/4): an
+//	exact set; or
+//	'H', then the HyperLogLog's own binary encoding (axiomhq/hyperloglog's
+//	MarshalBinary, which carries its own version and precision), which
+//	must fill the rest of the buffer.
 //
-// The encoding is not canonical (the library's is not): compare sketches by
-// their estimates, never by their bytes.
+// Version 1 (still read, never written) is "TKU" 0x01 then nothing or the
+// HyperLogLog's encoding. The encoding is not canonical (the library's is
+// not): compare sketches by their estimates, never by their bytes.
 const (
-	magic   = "TKU"
-	version = 1
+	magic         = "TKU"
+	sketchVersion = 2
+	kindSet       = 'S'
+	kindHLL       = 'H'
 )
 
 // ErrBadSketch is wrapped by every decoding error.
@@ -163,16 +311,34 @@ var ErrBadSketch = errors.New("users: bad sketch")
 
 // AppendBinary appends s's binary form to dst.
 func (s *Sketch) AppendBinary(dst []byte) ([]byte, error) {
+	s.norm()
 	dst = append(dst, magic...)
-	dst = append(dst, version)
-	if s.hll == nil {
-		return dst, nil
+	dst = append(dst, sketchVersion)
+	switch {
+	case s.hll != nil:
+		dst = append(dst, kindHLL)
+		out, err := s.hll.AppendBinary(dst)
+		if err != nil {
+			return dst[:len(dst)-len(magic)-2], fmt.Errorf("users: encode: %w", err)
+		}
+		return out, nil
+	case len(s.set) > 0:
+		dst = append(dst, kindSet, s.precision())
+		dst = binary.AppendUvarint(dst, uint64(len(s.set)))
+		dst = slices.Grow(dst, 4*len(s.set))
+		for _, x := range s.set {
+			dst = binary.LittleEndian.AppendUint32(dst, x)
+		}
 	}
-	out, err := s.hll.AppendBinary(dst)
-	if err != nil {
-		return dst[:len(dst)-len(magic)-1], fmt.Errorf("users: encode: %w", err)
+	return dst, nil
+}
+
+// sizeHint is about the length of s's binary form.
+func (s *Sketch) sizeHint() int {
+	if s.hll != nil {
+		return 16 + 1<<s.p
 	}
-	return out, nil
+	return 16 + 4*len(s.set)
 }
 
 // MarshalBinary is AppendBinary to a new buffer.
@@ -180,23 +346,56 @@ func (s *Sketch) MarshalBinary() ([]byte, error) { return s.AppendBinary(nil) }
 
 // UnmarshalBinary replaces s with the sketch data encodes. Any input either
 // decodes or returns an error wrapping ErrBadSketch; it never panics, and s
-// is unchanged on error.
+// is unchanged on error. An empty sketch keeps s's precision.
 func (s *Sketch) UnmarshalBinary(data []byte) error {
 	if len(data) < len(magic)+1 || string(data[:len(magic)]) != magic {
 		return fmt.Errorf("%w: no %q header", ErrBadSketch, magic)
 	}
-	if v := data[len(magic)]; v != version {
-		return fmt.Errorf("%w: version %d, want %d", ErrBadSketch, v, version)
-	}
-	rest := data[len(magic)+1:]
-	if len(rest) == 0 {
-		s.hll = nil
+	v, rest := data[len(magic)], data[len(magic)+1:]
+	switch {
+	case v != 1 && v != sketchVersion:
+		return fmt.Errorf("%w: version %d, want %d", ErrBadSketch, v, sketchVersion)
+	case len(rest) == 0:
+		*s = Sketch{p: s.p}
 		return nil
+	case v == sketchVersion && rest[0] == kindSet:
+		return s.unmarshalSet(rest[1:])
+	case v == sketchVersion && rest[0] == kindHLL:
+		rest = rest[1:]
+	case v == sketchVersion:
+		return fmt.Errorf("%w: kind %q", ErrBadSketch, rest[0])
 	}
 	h := new(hyperloglog.Sketch)
 	if err := h.UnmarshalBinary(rest); err != nil {
 		return fmt.Errorf("%w: %w", ErrBadSketch, err)
 	}
-	s.hll = h
+	*s = Sketch{hll: h, p: rest[1]} // the library checked its precision byte
+	return nil
+}
+
+func (s *Sketch) unmarshalSet(r []byte) error {
+	if len(r) < 1 {
+		return fmt.Errorf("%w: set: no precision", ErrBadSketch)
+	}
+	p := r[0]
+	if p < 4 || p > 18 {
+		return fmt.Errorf("%w: set: precision %d", ErrBadSketch, p)
+	}
+	n, k := binary.Uvarint(r[1:])
+	if k <= 0 || n == 0 || n > uint64(setMax(p)) {
+		return fmt.Errorf("%w: set: bad length", ErrBadSketch)
+	}
+	r = r[1+k:]
+	if uint64(len(r)) != 4*n {
+		return fmt.Errorf("%w: set: %d hashes in %d bytes", ErrBadSketch, n, len(r))
+	}
+	set := make([]uint32, n)
+	for i := range set {
+		set[i] = binary.LittleEndian.Uint32(r[4*i:])
+		if i > 0 && set[i] <= set[i-1] {
+			return fmt.Errorf("%w: set: hashes not increasing", ErrBadSketch)
+		}
+	}
+	*s = Sketch{set: set, sorted: len(set), p: p}
 	return nil
 }

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"testing"
+
+	"github.com/axiomhq/hyperloglog"
 )
 
 // Property: the estimate of n distinct users is within 4 standard errors
@@ -118,7 +121,7 @@ func TestRoundTrip(t *testing.T) {
 		}
 	}
 	var s Sketch
-	for _, bad := range [][]byte{nil, []byte("TK"), []byte("XYZ\x01"), []byte("TKU\x02"), []byte("TKU\x01garbage")} {
+	for _, bad := range [][]byte{nil, []byte("TK"), []byte("XYZ\x01"), []byte("TKU\x03"), []byte("TKU\x01garbage"), []byte("TKU\x02S\x0c\x02\x01\x00\x00\x00\x01\x00\x00\x00"), []byte("TKU\x02X")} {
 		if err := s.UnmarshalBinary(bad); !errors.Is(err, ErrBadSketch) {
 			t.Fatalf("%q: err %v, want ErrBadSketch", bad, err)
 		}
@@ -200,7 +203,7 @@ func FuzzUnmarshalBinary(f *testing.F) {
 // TestExpect: a sketch readied for many users starts dense and estimates
 // as a sparse one does; one readied for few stays sparse (small).
 func TestExpect(t *testing.T) {
-	for _, n := range []int{10, 600, 5000, 50000} {
+	for _, n := range []int{10, 600, 1100, 5000, 50000} {
 		sparse, ready := Sketch{p: TallyPrecision}, Sketch{p: TallyPrecision}
 		ready.Expect(n)
 		for i := range n {
@@ -219,8 +222,118 @@ func TestExpect(t *testing.T) {
 		if n == 10 && len(enc) > 200 {
 			t.Errorf("10 users readied: %d bytes, want a sparse sketch", len(enc))
 		}
-		if n >= 600 && len(enc) < 1<<TallyPrecision {
+		if n >= 1100 && len(enc) < 1<<TallyPrecision {
 			t.Errorf("%d users readied: %d bytes, want a dense sketch", n, len(enc))
+		}
+	}
+}
+
+// Property: however a stream of users is split into sketches (exact sets,
+// sets that overflow into dense HyperLogLogs, sketches readied dense) and
+// in whatever order they are merged, encoded or not, the result estimates
+// exactly what one sketch fed every user does (dense if any part was
+// readied dense); below m/4 users that is otherwise the exact count.
+func TestSetsAndDenseAgree(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 9))
+	for trial := range 200 {
+		n := []int{0, 1, 5, 300, 1023, 1024, 1025, 1500, 5000}[trial%9]
+		parts := 1 + r.IntN(6)
+		one := Sketch{p: TallyPrecision}
+		sks := make([]*Sketch, parts)
+		for i := range sks {
+			sks[i] = &Sketch{p: TallyPrecision}
+			if r.IntN(4) == 0 {
+				sks[i].Expect(r.IntN(2400))
+				if sks[i].hll != nil { // readied dense: so is the union
+					one.Expect(1 << 20)
+				}
+			}
+		}
+		distinct := map[uint64]bool{}
+		for i := range n {
+			h := Hash(fmt.Sprint("u_", i%(n/2+1))) // repeats
+			if r.IntN(3) == 0 {
+				h = Hash(fmt.Sprint("u_", i))
+			}
+			distinct[h] = true
+			one.AddHash(h)
+			sks[r.IntN(parts)].AddHash(h)
+		}
+		acc := &Sketch{p: TallyPrecision}
+		for _, i := range r.Perm(parts) {
+			o := sks[i]
+			if r.IntN(2) == 0 {
+				enc, err := o.MarshalBinary()
+				if err != nil {
+					t.Fatal(err)
+				}
+				o = &Sketch{}
+				if err := o.UnmarshalBinary(enc); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := acc.Merge(o); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, want := acc.Estimate(), one.Estimate()
+		if got != want {
+			t.Fatalf("trial %d (n=%d, %d parts): merged %d, one sketch %d", trial, n, parts, got, want)
+		}
+		if d := len(distinct); d <= setMax(TallyPrecision) && one.hll == nil && want != uint64(d) {
+			t.Fatalf("trial %d: %d distinct, estimate %d", trial, d, want)
+		}
+	}
+	// Exact up to m/4, a HyperLogLog's error above.
+	s := Sketch{p: TallyPrecision}
+	for i := range setMax(TallyPrecision) {
+		s.Add(fmt.Sprint("x", i))
+		if s.Estimate() != uint64(i+1) {
+			t.Fatalf("%d users: estimate %d", i+1, s.Estimate())
+		}
+	}
+	if s.hll != nil {
+		t.Fatal("a set of m/4 users turned dense")
+	}
+	s.Add("one more")
+	if s.Estimate(); s.hll == nil {
+		t.Fatal("a set past m/4 users is not dense")
+	}
+	if e := float64(s.Estimate()); math.Abs(e-1025) > 4*0.0163*1025 {
+		t.Fatalf("1025 users dense: estimate %v", e)
+	}
+}
+
+// Version 1 (the library's encoding, written before exact sets) still
+// decodes, dense or sparse, and merges with the new forms.
+func TestReadsVersion1(t *testing.T) {
+	for _, n := range []int{3, 5000} {
+		h, err := hyperloglog.NewSketch(TallyPrecision, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := &Sketch{p: TallyPrecision}
+		for i := range n {
+			x := Hash(fmt.Sprint("u_", i))
+			h.InsertHash(x)
+			want.AddHash(x)
+		}
+		lib, err := h.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s Sketch
+		if err := s.UnmarshalBinary(append([]byte("TKU\x01"), lib...)); err != nil {
+			t.Fatal(err)
+		}
+		if got := s.Estimate(); got != h.Estimate() {
+			t.Fatalf("n=%d: decoded %d, library %d", n, got, h.Estimate())
+		}
+		if d := math.Abs(float64(s.Estimate()) - float64(want.Estimate())); d > 4*0.0163*float64(n)+1 {
+			t.Fatalf("n=%d: version 1 %d, version 2 %d", n, s.Estimate(), want.Estimate())
+		}
+		if err := s.Merge(want); err != nil {
+			t.Fatal(err)
 		}
 	}
 }
