@@ -195,7 +195,6 @@ func Trending(s beam.Scope, lists5m, tallies beam.PCollection, cfg Config) beam.
 		Pending:      state.MakeMapState[int64, []byte]("pending"),
 		Tallies:      state.MakeMapState[int64, []byte]("tallies"),
 		Pieces:       state.MakeBagState[[]byte]("pieces"),
-		NPieces:      state.MakeValueState[int64]("npieces"),
 		Tick:         timers.InEventTime("tick"),
 	}, g)
 }
@@ -255,16 +254,18 @@ type scoreFn struct {
 	// trimmed to Trend.MaxItems items.
 	Tallies state.Map[int64, []byte]
 	// Pieces holds the tallies arrived since Tallies was last brought up
-	// to date (8 bytes of bucket start, then the tally), NPieces how many:
-	// an arriving tally is appended, not united into its pane, so a
-	// pane's tally is decoded, united and encoded once per timer (or per
-	// maxPieces arrivals), not once per pre-aggregation flush.
-	Pieces  state.Bag[[]byte]
-	NPieces state.Value[int64]
-	Tick    timers.EventTime
+	// to date (8 bytes of bucket start, then the tally): an arriving
+	// tally is appended, not united into its pane, so a pane's tally is
+	// decoded, united and encoded once per timer (or per maxPieces
+	// arrivals), not once per pre-aggregation flush.
+	Pieces state.Bag[[]byte]
+	Tick   timers.EventTime
 
-	st   *store.Store
-	hist trend.History
+	// added counts, per list, the pieces this instance appended since it
+	// last united that list's: see addTally.
+	added map[string]int
+	st    *store.Store
+	hist  trend.History
 }
 
 func (fn *scoreFn) Setup(ctx context.Context) error {
@@ -357,8 +358,9 @@ func (fn *scoreFn) OnTimer(ctx context.Context, sp state.Provider, tp timers.Pro
 	if sc == nil {
 		sc = trend.New(typ, scope, fn.Trend)
 	}
+	var fresh map[int64]*users.Tally
 	if byUsers {
-		if err := fn.unitePieces(ctx, sp, key); err != nil {
+		if fresh, err = fn.unitePieces(ctx, sp, key); err != nil {
 			return err
 		}
 	}
@@ -366,7 +368,7 @@ func (fn *scoreFn) OnTimer(ctx context.Context, sp state.Provider, tp timers.Pro
 		var in trend.Input
 		rules := fn.Rules
 		if byUsers {
-			if in, err = fn.usersInput(ctx, sp, time.UnixMilli(ms)); err != nil {
+			if in, err = fn.usersInput(ctx, sp, time.UnixMilli(ms), fresh); err != nil {
 				return fmt.Errorf("trend %s: %w", key, err)
 			}
 		} else {
@@ -430,8 +432,16 @@ var window5m = schemas.Window5m.Length().Milliseconds()
 const maxPieces = 64
 
 // addTally appends a bucket's users tally (8 bytes of bucket start, then
-// the tally) to Pieces, uniting the pieces into Tallies when there are
-// maxPieces.
+// the tally) to Pieces, uniting the pieces into Tallies when this
+// instance has appended maxPieces of the list's since it last united
+// them.
+//
+// The count is the instance's, in memory, not state: a count in value
+// state cost a read and a write (three state requests, each a round
+// trip to the runner) for every tally, as much as the append. Where a
+// list moves to another worker, or a worker restarts, the new instance
+// counts from zero, so Pieces may hold up to maxPieces more for each such
+// move before the list is next scored: bounded, not exact.
 func (fn *scoreFn) addTally(ctx context.Context, sp state.Provider, key string, v []byte) (bucket int64, err error) {
 	if len(v) < 8 {
 		return 0, fmt.Errorf("trend %s: short tally element", key)
@@ -440,30 +450,33 @@ func (fn *scoreFn) addTally(ctx context.Context, sp state.Provider, key string, 
 	if err := fn.Pieces.Add(sp, v); err != nil {
 		return 0, err
 	}
-	n, _, err := fn.NPieces.Read(sp)
-	if err != nil {
-		return 0, err
+	if fn.added == nil {
+		fn.added = map[string]int{}
 	}
-	if n+1 >= maxPieces {
-		return bucket, fn.unitePieces(ctx, sp, key)
+	fn.added[key]++
+	if fn.added[key] >= maxPieces {
+		_, err := fn.unitePieces(ctx, sp, key)
+		return bucket, err
 	}
-	return bucket, fn.NPieces.Write(sp, n+1)
+	return bucket, nil
 }
 
 // unitePieces unites the tallies in Pieces into their panes' tallies in
 // Tallies (each pane read, united and written once) and empties Pieces.
-// A piece or pane this code cannot read or unite with (a format or
-// precision change) is dropped with an error in the log rather than
-// stopping the job.
-func (fn *scoreFn) unitePieces(ctx context.Context, sp state.Provider, key string) error {
+// It returns the panes it wrote, decoded, so a score right after need not
+// decode them again. A piece or pane this code cannot read or unite with
+// (a format or precision change) is dropped with an error in the log
+// rather than stopping the job.
+func (fn *scoreFn) unitePieces(ctx context.Context, sp state.Provider, key string) (map[int64]*users.Tally, error) {
+	delete(fn.added, key)
 	pieces, ok, err := fn.Pieces.Read(sp)
 	if err != nil || !ok || len(pieces) == 0 {
-		return err
+		return nil, err
 	}
 	byPane := map[int64]*users.Tally{}
 	for _, v := range pieces {
 		if len(v) < 8 {
-			return fmt.Errorf("trend %s: short tally piece", key)
+			return nil, fmt.Errorf("trend %s: short tally piece", key)
 		}
 		bucket := int64(binary.BigEndian.Uint64(v))
 		t, err := users.UnmarshalTally(v[8:])
@@ -484,7 +497,7 @@ func (fn *scoreFn) unitePieces(ctx context.Context, sp state.Provider, key strin
 	for pane, t := range byPane {
 		old, ok, err := fn.Tallies.Get(sp, pane)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if ok {
 			prev, err := users.UnmarshalTally(old)
@@ -498,22 +511,20 @@ func (fn *scoreFn) unitePieces(ctx context.Context, sp state.Provider, key strin
 		t.Trim(fn.Trend.MaxItems)
 		enc, err := t.MarshalBinary()
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if err := fn.Tallies.Put(sp, pane, enc); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	if err := fn.Pieces.Clear(sp); err != nil {
-		return err
-	}
-	return fn.NPieces.Write(sp, 0)
+	return byPane, fn.Pieces.Clear(sp)
 }
 
 // usersInput is the scorer's input for the 5 minutes before asOf from the
-// buckets' tallies: each item's distinct trusted users, over the list's
-// distinct (user, item) pairs.
-func (fn *scoreFn) usersInput(ctx context.Context, sp state.Provider, asOf time.Time) (trend.Input, error) {
+// panes' tallies: each item's distinct trusted users, over the list's
+// distinct (user, item) pairs. A pane in fresh (unitePieces' result) is
+// taken from there, not decoded; it is used up.
+func (fn *scoreFn) usersInput(ctx context.Context, sp state.Provider, asOf time.Time, fresh map[int64]*users.Tally) (trend.Input, error) {
 	to := asOf.UnixMilli()
 	keys, _, err := fn.Tallies.Keys(sp)
 	if err != nil {
@@ -524,17 +535,20 @@ func (fn *scoreFn) usersInput(ctx context.Context, sp state.Provider, asOf time.
 		if b < to-window5m || b >= to {
 			continue
 		}
-		raw, ok, err := fn.Tallies.Get(sp, b)
-		if err != nil || !ok {
-			return trend.Input{}, err
+		t := fresh[b]
+		delete(fresh, b)
+		if t == nil {
+			raw, ok, err := fn.Tallies.Get(sp, b)
+			if err != nil || !ok {
+				return trend.Input{}, err
+			}
+			if t, err = users.UnmarshalTally(raw); err != nil {
+				log.Errorf(ctx, "trend: users of pane %d skipped: %v", b, err)
+				continue
+			}
 		}
-		t, err := users.UnmarshalTally(raw)
-		if err == nil {
-			err = u.Absorb(t)
-		}
-		if err != nil { // see unitePieces: skipped, not fatal
+		if err := u.Absorb(t); err != nil { // see unitePieces: skipped, not fatal
 			log.Errorf(ctx, "trend: users of pane %d skipped: %v", b, err)
-			continue
 		}
 	}
 	u.Trim(fn.Trend.MaxItems)
