@@ -141,11 +141,12 @@ func (r *reader) bytes(n int, what string) []byte {
 }
 
 // ring reads a ring of n slots into dst when dst has n slots; otherwise it
-// skips it.
-func (r *reader) ring(n int, dst []float32, what string) {
+// skips it. It returns the largest value read outside slot skip (0 when
+// none was, or dst was skipped).
+func (r *reader) ring(n int, dst []float32, what string, skip int) (top float32) {
 	bm := r.bytes((n+7)/8, what)
 	if r.err != nil {
-		return
+		return 0
 	}
 	set := 0
 	for _, x := range bm {
@@ -153,11 +154,11 @@ func (r *reader) ring(n int, dst []float32, what string) {
 	}
 	if n%8 != 0 && bm[len(bm)-1]>>(n%8) != 0 {
 		r.fail(what + ": bits beyond the ring")
-		return
+		return 0
 	}
 	vals := r.bytes(4*set, what)
 	if r.err != nil {
-		return
+		return 0
 	}
 	keep := len(dst) == n
 	j := 0
@@ -169,12 +170,16 @@ func (r *reader) ring(n int, dst []float32, what string) {
 		j += 4
 		if !(f > 0) || math.IsInf(float64(f), 0) {
 			r.fail(what + ": share not positive and finite")
-			return
+			return 0
 		}
 		if keep {
 			dst[i] = f
+			if i != skip {
+				top = max(top, f)
+			}
 		}
 	}
+	return top
 }
 
 // Decode rebuilds a scorer of list (typ, scope) from MarshalBinary's
@@ -200,8 +205,15 @@ func Decode(typ, scope string, cfg Config, data []byte) (*Scorer, error) {
 		sc.coverageSet = flags[0]&1 != 0
 	}
 	sc.total = r.uvarint("total")
-	r.ring(recentSlots, sc.cut.recent[:], "cut recent")
-	r.ring(int(hours), sc.cut.hourly, "cut hourly")
+	r.ring(recentSlots, sc.cut.recent[:], "cut recent", -1)
+	r.ring(int(hours), sc.cut.hourly, "cut hourly", -1)
+	// Each item's past (Scorer.baseline: its largest hourly share before
+	// the current hour) is taken while its ring is read, not in a second
+	// pass over 169 slots per item per score.
+	curHour := -1
+	if !cfg.Seasonal && int(hours) == cfg.Hours {
+		curHour = mod(hourOf(sc.last), int(hours))
+	}
 	n := r.uvarint("items")
 	if r.err == nil && n > uint64(len(r.b)) {
 		r.fail("item count")
@@ -240,8 +252,10 @@ func Decode(typ, scope string, cfg Config, data []byte) (*Scorer, error) {
 		it.peakAt = r.varint("peak time")
 		it.seen = r.varint("seen")
 		it.count = r.uvarint("count")
-		r.ring(recentSlots, it.recent[:], "recent")
-		r.ring(int(hours), it.hourly, "hourly")
+		r.ring(recentSlots, it.recent[:], "recent", -1)
+		if past := r.ring(int(hours), it.hourly, "hourly", curHour); curHour >= 0 {
+			it.past, it.pastHour, it.pastOK = past, hourOf(sc.last), true
+		}
 		if r.err == nil {
 			if len(sc.items) >= cfg.MaxItems {
 				continue // a smaller cap than the state was written with

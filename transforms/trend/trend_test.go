@@ -410,3 +410,54 @@ func TestSeasonal(t *testing.T) {
 		t.Error("seasonal with 168 hours validated")
 	}
 }
+
+// TestDecodedEveryScore: scored as the streaming job scores (the state
+// decoded before and encoded after every score, once a minute) for three
+// hours, a scorer lists exactly what one kept in memory lists, so what
+// Decode derives (each item's past, taken while its ring is read) matches
+// what the scorer keeps.
+func TestDecodedEveryScore(t *testing.T) {
+	for _, seasonal := range []bool{false, true} {
+		cfg := DefaultConfig()
+		cfg.WarmUp = 5 * time.Minute
+		cfg.Seasonal = seasonal
+		w := newWorld(4, 300, 100)
+		w.special["v"] = viral(100, 0.05, t0.Add(70*time.Minute), 3*time.Minute)
+		mem := New("video", "IN", cfg)
+		var raw []byte
+		listed := 0
+		for i := 0; i < 180; i++ {
+			now := t0.Add(time.Duration(i+1) * time.Minute)
+			w.step(now)
+			in := w.input(now, 100)
+			lm, err := mem.Step(context.Background(), in, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := New("video", "IN", cfg)
+			if raw != nil {
+				if st, err = Decode("video", "IN", cfg, raw); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ls, err := st.Step(context.Background(), in, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if raw, err = st.MarshalBinary(); err != nil {
+				t.Fatal(err)
+			}
+			jm, _ := schemas.MarshalTrending(lm)
+			js, _ := schemas.MarshalTrending(ls)
+			if string(jm) != string(js) {
+				t.Fatalf("seasonal %v, minute %d: decoded scorer diverged\n%s\n%s", seasonal, i+1, jm, js)
+			}
+			if ls != nil {
+				listed += len(ls.Items)
+			}
+		}
+		if listed == 0 {
+			t.Fatalf("seasonal %v: nothing listed in three hours", seasonal)
+		}
+	}
+}
