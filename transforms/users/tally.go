@@ -83,6 +83,11 @@ func (t *Tally) Absorb(o *Tally) error {
 	} else if err := t.Pairs.Merge(&o.Pairs); err != nil {
 		return err
 	}
+	if len(t.Items) < len(o.Items) {
+		// Unite the smaller into the larger (counts add and sketches
+		// unite either way): no growing a small map into a big one.
+		t.Items, o.Items = o.Items, t.Items
+	}
 	if t.Items == nil {
 		t.Items = map[string]*TallyEntry{}
 	}
