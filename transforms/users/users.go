@@ -234,9 +234,10 @@ func (s *Sketch) Estimate() uint64 {
 var ErrPrecision = errors.New("users: sketches of different precisions")
 
 // Merge adds o's users to s. An empty s takes o's precision; a set merges
-// into a sketch of any precision (it has the users' hashes), two
-// HyperLogLogs only at the same precision (else an error, and s is
-// unchanged).
+// into a sketch of any precision, and a set s meeting a HyperLogLog o
+// becomes one of o's precision (a set has the users' hashes); two
+// HyperLogLogs merge only at the same precision (else an error wrapping
+// ErrPrecision, and s is unchanged).
 func (s *Sketch) Merge(o *Sketch) error {
 	if o == nil || o.empty() {
 		return nil
@@ -264,11 +265,12 @@ func (s *Sketch) Merge(o *Sketch) error {
 		}
 		return s.Merge(o)
 	}
-	if s.precision() != o.p {
-		return fmt.Errorf("%w: %d and %d", ErrPrecision, s.precision(), o.p)
-	}
 	if s.hll == nil {
+		s.p = o.p
 		s.toDense()
+	}
+	if s.p != o.p {
+		return fmt.Errorf("%w: %d and %d", ErrPrecision, s.p, o.p)
 	}
 	return s.hll.Merge(o.hll)
 }

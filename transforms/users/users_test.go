@@ -337,3 +337,33 @@ func TestReadsVersion1(t *testing.T) {
 		}
 	}
 }
+
+// A set merges with a HyperLogLog of any precision (it becomes one of the
+// other's precision); two HyperLogLogs of different precisions do not.
+func TestMergePrecisions(t *testing.T) {
+	dense14 := New()
+	dense14.Expect(1 << 20)
+	for i := range 5000 {
+		dense14.Add(fmt.Sprint("a", i))
+	}
+	set12 := &Sketch{p: TallyPrecision}
+	for i := range 100 {
+		set12.Add(fmt.Sprint("b", i))
+	}
+	if err := set12.Merge(dense14); err != nil {
+		t.Fatalf("set into dense of another precision: %v", err)
+	}
+	if e := float64(set12.Estimate()); math.Abs(e-5100) > 4*0.0081*5100 {
+		t.Fatalf("union of 5,000 and 100 users: %v", e)
+	}
+	dense12 := &Sketch{p: TallyPrecision}
+	dense12.Expect(1 << 20)
+	dense12.Add("c")
+	before := dense12.Estimate()
+	if err := dense12.Merge(dense14); !errors.Is(err, ErrPrecision) {
+		t.Fatalf("dense 12 with dense 14: %v, want ErrPrecision", err)
+	}
+	if dense12.Estimate() != before {
+		t.Fatal("a failed merge changed the sketch")
+	}
+}

@@ -439,9 +439,10 @@ const maxPieces = 64
 // The count is the instance's, in memory, not state: a count in value
 // state cost a read and a write (three state requests, each a round
 // trip to the runner) for every tally, as much as the append. Where a
-// list moves to another worker, or a worker restarts, the new instance
-// counts from zero, so Pieces may hold up to maxPieces more for each such
-// move before the list is next scored: bounded, not exact.
+// list moves to another worker, a worker restarts or a bundle that united
+// the pieces is retried, the count restarts from zero while the state
+// does not, so Pieces may hold up to maxPieces more for each such event
+// before the list is next scored: bounded, not exact.
 func (fn *scoreFn) addTally(ctx context.Context, sp state.Provider, key string, v []byte) (bucket int64, err error) {
 	if len(v) < 8 {
 		return 0, fmt.Errorf("trend %s: short tally element", key)
