@@ -3,7 +3,6 @@ package users
 import (
 	"encoding/binary"
 	"fmt"
-	"github.com/axiomhq/hyperloglog"
 	"slices"
 	"strings"
 )
@@ -257,6 +256,7 @@ func UnmarshalTally(data []byte) (*Tally, error) {
 			return fmt.Errorf("%w: tally: bad %s", ErrBadSketch, what)
 		}
 		r = r[k:]
+		var err error
 		switch n := h >> 1; {
 		case h == 0:
 			*s = Sketch{p: p}
@@ -264,25 +264,17 @@ func UnmarshalTally(data []byte) (*Tally, error) {
 			if n > uint64(len(r)) {
 				return fmt.Errorf("%w: tally: bad %s length", ErrBadSketch, what)
 			}
-			hll := new(hyperloglog.Sketch)
-			if err := hll.UnmarshalBinary(r[:n]); err != nil {
-				return fmt.Errorf("%w: tally: %s: %w", ErrBadSketch, what, err)
-			}
-			*s = Sketch{hll: hll, p: r[1]} // the library checked it
+			*s, err = readHLL(r[:n])
 			r = r[n:]
 		default:
 			if n > uint64(setMax(p)) || 4*n > uint64(len(r)) {
 				return fmt.Errorf("%w: tally: bad %s length", ErrBadSketch, what)
 			}
-			set := make([]uint32, n)
-			for i := range set {
-				set[i] = binary.LittleEndian.Uint32(r[4*i:])
-				if i > 0 && set[i] <= set[i-1] {
-					return fmt.Errorf("%w: tally: %s: hashes not increasing", ErrBadSketch, what)
-				}
-			}
-			*s = Sketch{set: set, sorted: len(set), p: p}
+			*s, err = readSet(r[:4*n], p)
 			r = r[4*n:]
+		}
+		if err != nil {
+			return fmt.Errorf("tally: %s: %w", what, err)
 		}
 		return nil
 	}

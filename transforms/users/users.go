@@ -367,11 +367,11 @@ func (s *Sketch) UnmarshalBinary(data []byte) error {
 	case v == sketchVersion:
 		return fmt.Errorf("%w: kind %q", ErrBadSketch, rest[0])
 	}
-	h := new(hyperloglog.Sketch)
-	if err := h.UnmarshalBinary(rest); err != nil {
-		return fmt.Errorf("%w: %w", ErrBadSketch, err)
+	d, err := readHLL(rest)
+	if err != nil {
+		return err
 	}
-	*s = Sketch{hll: h, p: rest[1]} // the library checked its precision byte
+	*s = d
 	return nil
 }
 
@@ -384,20 +384,41 @@ func (s *Sketch) unmarshalSet(r []byte) error {
 		return fmt.Errorf("%w: set: precision %d", ErrBadSketch, p)
 	}
 	n, k := binary.Uvarint(r[1:])
-	if k <= 0 || n == 0 || n > uint64(setMax(p)) {
+	if k <= 0 || n > uint64(setMax(p)) || uint64(len(r)-1-k) != 4*n {
 		return fmt.Errorf("%w: set: bad length", ErrBadSketch)
 	}
-	r = r[1+k:]
-	if uint64(len(r)) != 4*n {
-		return fmt.Errorf("%w: set: %d hashes in %d bytes", ErrBadSketch, n, len(r))
+	d, err := readSet(r[1+k:], p)
+	if err != nil {
+		return err
+	}
+	*s = d
+	return nil
+}
+
+// readSet decodes a set of precision p (checked by the caller) from b: its
+// hashes, 4 bytes each, little-endian, strictly increasing, at least one
+// and at most setMax(p). The Sketch and tally formats share it.
+func readSet(b []byte, p uint8) (Sketch, error) {
+	n := len(b) / 4
+	if len(b)%4 != 0 || n == 0 || n > setMax(p) {
+		return Sketch{}, fmt.Errorf("%w: set of %d bytes", ErrBadSketch, len(b))
 	}
 	set := make([]uint32, n)
 	for i := range set {
-		set[i] = binary.LittleEndian.Uint32(r[4*i:])
+		set[i] = binary.LittleEndian.Uint32(b[4*i:])
 		if i > 0 && set[i] <= set[i-1] {
-			return fmt.Errorf("%w: set: hashes not increasing", ErrBadSketch)
+			return Sketch{}, fmt.Errorf("%w: set: hashes not increasing", ErrBadSketch)
 		}
 	}
-	*s = Sketch{set: set, sorted: len(set), p: p}
-	return nil
+	return Sketch{set: set, sorted: n, p: p}, nil
+}
+
+// readHLL decodes the library's HyperLogLog encoding, which must fill b.
+// The Sketch and tally formats share it.
+func readHLL(b []byte) (Sketch, error) {
+	h := new(hyperloglog.Sketch)
+	if err := h.UnmarshalBinary(b); err != nil {
+		return Sketch{}, fmt.Errorf("%w: %w", ErrBadSketch, err)
+	}
+	return Sketch{hll: h, p: b[1]}, nil // the library checked its precision byte
 }
