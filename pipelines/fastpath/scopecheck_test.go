@@ -87,6 +87,12 @@ type scopeChecks struct {
 	// Slides: a list at every period while its window holds an item at or
 	// above its minimum count (at least one event for a global list).
 	Slides bool
+	// ExactTotal: every list's total is the exact number of events in its
+	// window (streams no rule drops anything from). Totals are exact
+	// whatever the summaries cut, so a total below means events were lost
+	// on the way (a bucket or partition missing), above counted twice:
+	// the check that tells a lost pane from an approximation's error.
+	ExactTotal bool
 }
 
 // listResult is one checked list.
@@ -253,6 +259,15 @@ func checkOne(f *failures, l *schemas.List, exact map[string]uint64, m uint64, n
 	if l.Version != l.AsOf.Unix() {
 		f.add("version", "%s: version %d, want as_of's Unix second", name, l.Version)
 	}
+	if c.ExactTotal {
+		var sum uint64
+		for _, k := range exact {
+			sum += k
+		}
+		if l.Total != sum {
+			f.add("total", "%s: total %d, exact %d (%+d events)", name, l.Total, sum, int64(l.Total)-int64(sum))
+		}
+	}
 	q := max(m, 1) // the smallest count an item needs to qualify
 	got := make([]string, len(l.Items))
 	listed := make(map[string]bool, len(l.Items))
@@ -401,7 +416,7 @@ func TestCheckScoped(t *testing.T) {
 			items[i].Rank = i + 1
 		}
 		return &schemas.List{Type: "video", Scope: scope, Window: schemas.Window1m, AsOf: asOf, Version: asOf.Unix(),
-			Complete: complete, CertifiedK: ck, Items: items}
+			Complete: complete, CertifiedK: ck, Items: items, Total: 10}
 	}
 	e := func(item string, count, lower uint64) schemas.Entry {
 		return schemas.Entry{Item: item, Count: count, Lower: lower}
@@ -414,7 +429,7 @@ func TestCheckScoped(t *testing.T) {
 		}
 	}
 	cfg := DefaultConfig()
-	c := scopeChecks{K: 1000, Margin: 100, MinCount: cfg.MinCount, RequireComplete: true, Recall100: true}
+	c := scopeChecks{K: 1000, Margin: 100, MinCount: cfg.MinCount, RequireComplete: true, Recall100: true, ExactTotal: true}
 	for _, tc := range []struct {
 		name   string
 		region *schemas.List // replaces the DE-BE list; nil drops it
@@ -429,6 +444,7 @@ func TestCheckScoped(t *testing.T) {
 		{"incomplete", mk("DE-BE", false, 2, e("a", 6, 6), e("b", 3, 3)), "incomplete"},
 		{"complete uncertified", mk("DE-BE", true, 1, e("a", 6, 6), e("b", 3, 2)), "complete without certification"},
 		{"no slide", nil, "missing slide"},
+		{"lost events", func() *schemas.List { l := mk("DE-BE", true, 2, e("a", 6, 6), e("b", 3, 3)); l.Total = 9; return l }(), "total"},
 	} {
 		lists := good()[:2]
 		if tc.region != nil {

@@ -72,7 +72,6 @@
 package preagg
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -349,8 +348,10 @@ type preaggFn struct {
 	groups   map[groupKey]*group
 	free     []*summary.Counter // reset counters for reuse
 	distinct int
-	pairs    int    // (item, user) pairs held for the tallies
-	last     *group // the group of the previous event: most events share it
+	pairs    int                 // (item, user) pairs held for the tallies
+	tops     map[uint64]int      // addTally's scratch: a top item's hash to its index
+	entries  []*users.TallyEntry // addTally's scratch: the top items' entries
+	last     *group              // the group of the previous event: most events share it
 	lastKey  groupKey
 	scopes   []string
 	buf      []byte
@@ -574,37 +575,37 @@ func (fn *preaggFn) flush(emit, tallies func(beam.EventTime, string, []byte)) {
 }
 
 // addTally adds one partition's users to its (list, bucket)'s tally t:
-// every distinct pair into Pairs, and the users of the UsersTop biggest
-// items of c (a partition's items are its own, so the partitions' entries
-// never meet). It sorts and dedupes ps in place.
+// every pair into Pairs, and the users of the UsersTop biggest items of c
+// (a partition's items are its own, so the partitions' entries never
+// meet). One pass over ps in arrival order: sketches ignore repeats, so
+// the pairs need no sorting or dedupe (that sort was most of the tallies'
+// cost per event).
 func (fn *preaggFn) addTally(t *users.Tally, c *summary.Counter, ps []pair) {
-	slices.SortFunc(ps, func(a, b pair) int {
-		if a.item != b.item {
-			return cmp.Compare(a.item, b.item)
-		}
-		return cmp.Compare(a.user, b.user)
-	})
-	ps = slices.Compact(ps) // distinct pairs
-	t.Pairs.Expect(len(ps))
+	top := c.Top(fn.UsersTop)
+	if fn.tops == nil {
+		fn.tops = make(map[uint64]int, fn.UsersTop)
+	}
+	clear(fn.tops)
+	fn.entries = slices.Grow(fn.entries[:0], len(top))[:len(top)]
+	for i, it := range top {
+		fn.tops[it.Hash] = i
+		fn.entries[i] = nil // an entry only if one of its events has a user
+	}
 	for _, q := range ps {
 		t.Pairs.AddHash(users.PairHash(q.user, q.item))
+		i, ok := fn.tops[q.item]
+		if !ok {
+			continue
+		}
+		e := fn.entries[i]
+		if e == nil {
+			e = t.Entry(top[i].Item)
+			e.Count = top[i].Count
+			fn.entries[i] = e
+		}
+		e.Users.AddHash(q.user)
 	}
-	for _, top := range c.Top(fn.UsersTop) {
-		lo, _ := slices.BinarySearchFunc(ps, top.Hash, func(q pair, h uint64) int { return cmp.Compare(q.item, h) })
-		if lo == len(ps) || ps[lo].item != top.Hash {
-			continue // none of its events had a user
-		}
-		e := t.Entry(top.Item)
-		e.Count = top.Count
-		hi := lo
-		for hi < len(ps) && ps[hi].item == top.Hash {
-			hi++
-		}
-		e.Users.Expect(hi - lo)
-		for _, q := range ps[lo:hi] {
-			e.Users.AddHash(q.user)
-		}
-	}
+	clear(fn.entries) // no tally kept alive by the scratch
 }
 
 func (fn *preaggFn) FinishBundle(ctx context.Context, emit, tallies func(beam.EventTime, string, []byte), _ func(schemas.DeadLetter)) {
