@@ -3,6 +3,8 @@ package summary
 import (
 	"cmp"
 	"unsafe"
+
+	"github.com/topk-dev/topk/internal/topn"
 )
 
 // Counter counts exactly: a hash map from item to count for one bundle of
@@ -135,7 +137,7 @@ type Counted struct {
 func (c *Counter) Top(n int) []Counted {
 	all := make([]Counted, 0, c.n)
 	c.Each(func(item string, h, count uint64) { all = append(all, Counted{item, h, count}) })
-	selectTop(all, n, func(a, b Counted) int {
+	topn.Select(all, n, func(a, b Counted) int {
 		if a.Count != b.Count {
 			return cmp.Compare(b.Count, a.Count)
 		}
@@ -185,7 +187,7 @@ func (c *Counter) Summary(cfg Config) *Summary {
 			}
 			return cmp.Compare(sa.hash, sb.hash)
 		}
-		selectTop(idx, cfg.N, byCount)
+		topn.Select(idx, cfg.N, byCount)
 		for _, i := range idx[cfg.N:] {
 			sm.Theta = max(sm.Theta, c.slots[i].count)
 		}

@@ -3,6 +3,8 @@ package summary
 import (
 	"slices"
 	"sync"
+
+	"github.com/topk-dev/topk/internal/topn"
 )
 
 // his is scratch space for cutTop's selection over hi values.
@@ -13,7 +15,7 @@ var his = sync.Pool{New: func() any { return new([]uint64) }}
 // (cmpRank; n <= 0: no limit), and returns it with the largest hi left out
 // (0 if none). dst may be es[:0]: entries are only moved towards the front.
 //
-// It picks exactly the set selectTop(·, n, cmpRank) puts first, without
+// It picks exactly the set topn.Select(·, n, cmpRank) puts first, without
 // reordering es: the n-th largest hi h is found from the hi values alone (a
 // selection over 8-byte integers, not over 40-byte entries compared through
 // their items), every entry above h is kept, and only the entries tied at h are
@@ -87,7 +89,7 @@ func cutTop(dst, es []Entry, n int, floor uint64) ([]Entry, uint64) {
 		}
 		// A selection, not a sort: the ties of a small count can be
 		// thousands of entries.
-		selectTop(idx, need, func(a, b int) int { return cmpRank(es[a], es[b]) })
+		topn.Select(idx, need, func(a, b int) int { return cmpRank(es[a], es[b]) })
 		keepTie = idx[:need]
 		slices.Sort(keepTie)
 	}

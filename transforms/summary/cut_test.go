@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/topk-dev/topk/internal/topn"
 )
 
 // refTop is the cut as it was made before cutTop: drop entries below floor,
@@ -20,7 +22,7 @@ func refTop(es []Entry, n int, floor uint64) ([]Entry, uint64) {
 		out = append(out, e)
 	}
 	if n > 0 && len(out) > n {
-		selectTop(out, n, cmpRank)
+		topn.Select(out, n, cmpRank)
 		for _, e := range out[n:] {
 			dropped = max(dropped, e.Hi)
 		}

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/topk-dev/topk/internal/topn"
 )
 
 // Config fixes a summary's size. Zero values are not defaults: use
@@ -372,7 +374,7 @@ func UnionKeys(parts []*Summary, limit int) *Summary {
 		out.Entries = append(out.Entries, p.Entries...)
 	}
 	if limit > 0 && len(out.Entries) > limit {
-		selectTop(out.Entries, limit, cmpRank)
+		topn.Select(out.Entries, limit, cmpRank)
 		for _, e := range out.Entries[limit:] {
 			out.Theta = max(out.Theta, e.Hi)
 		}

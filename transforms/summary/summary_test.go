@@ -256,19 +256,3 @@ func TestMergerEqualsMergeEvents(t *testing.T) {
 		t.Fatal("Merger result differs from pairwise MergeEvents")
 	}
 }
-
-// selectTop picks exactly the set a full sort would put first.
-func TestSelectTop(t *testing.T) {
-	for _, n := range []int{1, 5, 17, 100, 999} {
-		xs := make([]int, 1000)
-		for i := range xs {
-			xs[i] = (i * 7919) % 1000
-		}
-		selectTop(xs, n, func(a, b int) int { return a - b })
-		for _, x := range xs[:n] {
-			if x >= n {
-				t.Fatalf("n=%d: %d among the first n", n, x)
-			}
-		}
-	}
-}

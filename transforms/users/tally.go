@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/topk-dev/topk/internal/topn"
 )
 
 // Tally is one list's distinct-users record for one stretch of event time
@@ -121,7 +123,9 @@ func (t *Tally) Trim(max int) {
 	for it, e := range t.Items {
 		rs = append(rs, ranked{it, e.Count})
 	}
-	slices.SortFunc(rs, func(a, b ranked) int {
+	// Select the max first, not sort them all: a trim keeps 2,000 of a
+	// pane's tens of thousands on every score.
+	topn.Select(rs, max, func(a, b ranked) int {
 		if a.count != b.count {
 			if a.count > b.count {
 				return -1

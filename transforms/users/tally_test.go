@@ -1,9 +1,12 @@
 package users
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -211,4 +214,38 @@ func FuzzUnmarshalTally(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestTrimKeepsTheBiggest: Trim keeps exactly the items a full sort by
+// count (ties: the smaller name) puts first, many of them tied.
+func TestTrimKeepsTheBiggest(t *testing.T) {
+	for _, keep := range []int{1, 7, 100, 999} {
+		tl := NewTally()
+		type kc struct {
+			name  string
+			count uint64
+		}
+		var all []kc
+		for i := range 1000 {
+			name := fmt.Sprintf("item%04d", (i*7919)%1000)
+			c := uint64((i * 31) % 50) // 20 items share each count
+			tl.Entry(name).Count = c
+			all = append(all, kc{name, c})
+		}
+		slices.SortFunc(all, func(a, b kc) int {
+			if a.count != b.count {
+				return cmp.Compare(b.count, a.count)
+			}
+			return strings.Compare(a.name, b.name)
+		})
+		tl.Trim(keep)
+		if len(tl.Items) != keep {
+			t.Fatalf("keep %d: %d items left", keep, len(tl.Items))
+		}
+		for _, x := range all[:keep] {
+			if tl.Items[x.name] == nil {
+				t.Fatalf("keep %d: %s (count %d) dropped", keep, x.name, x.count)
+			}
+		}
+	}
 }

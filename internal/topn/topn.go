@@ -1,13 +1,18 @@
-package summary
+// Package topn selects the first n elements of a slice in a total order
+// without sorting it all: the summaries' cuts (transforms/summary) and the
+// users tallies' trims (transforms/users) pick a few thousand of many.
+// Hand-written because the standard library has sorting but no selection,
+// and the one generic quickselect needed is 40 lines.
+package topn
 
 import "slices"
 
-// selectTop reorders xs so that xs[:n] holds the n first elements of xs in
-// the total order cmp (in no particular order) and xs[n:] the rest: the
-// N-of-many selection of Counter.Summary and truncate, in linear expected
-// time instead of a full sort. cmp must be a total order (no two distinct
+// Select reorders xs so that xs[:n] holds the n first elements of xs in
+// the total order cmp (in no particular order) and xs[n:] the rest: an
+// N-of-many selection (quickselect, median-of-three pivots) in linear
+// expected time instead of a full sort. cmp must be a total order (no two distinct
 // elements compare equal), so the chosen set is deterministic.
-func selectTop[T any](xs []T, n int, cmp func(a, b T) int) {
+func Select[T any](xs []T, n int, cmp func(a, b T) int) {
 	lo, hi := 0, len(xs)
 	if n <= 0 || n >= hi {
 		return
