@@ -123,8 +123,8 @@ func (t *Tally) Trim(max int) {
 	for it, e := range t.Items {
 		rs = append(rs, ranked{it, e.Count})
 	}
-	// Select the max first, not sort them all: a trim keeps 2,000 of a
-	// pane's tens of thousands on every score.
+	// Select the max first rather than sort them all: a scorer trims
+	// every pane it unites, each time the list is scored.
 	topn.Select(rs, max, func(a, b ranked) int {
 		if a.count != b.count {
 			if a.count > b.count {
