@@ -10,8 +10,8 @@ import "slices"
 // Select reorders xs so that xs[:n] holds the n first elements of xs in
 // the total order cmp (in no particular order) and xs[n:] the rest: an
 // N-of-many selection (quickselect, median-of-three pivots) in linear
-// expected time instead of a full sort. cmp must be a total order (no two distinct
-// elements compare equal), so the chosen set is deterministic.
+// expected time instead of a full sort. cmp must be a total order (no two
+// distinct elements compare equal), so the chosen set is deterministic.
 func Select[T any](xs []T, n int, cmp func(a, b T) int) {
 	lo, hi := 0, len(xs)
 	if n <= 0 || n >= hi {
