@@ -9,17 +9,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/ptest"
 	"github.com/parquet-go/parquet-go"
 	"google.golang.org/api/option"
 
+	"github.com/topk-dev/topk/internal/prismopt/prismtest"
 	"github.com/topk-dev/topk/pipelines/recount"
 	"github.com/topk-dev/topk/pipelines/recount/recounttest"
 	"github.com/topk-dev/topk/schemas"
 	"github.com/topk-dev/topk/transforms/exact/store"
 )
 
-func TestMain(m *testing.M) { ptest.Main(m) }
+func TestMain(m *testing.M) { prismtest.Main(m) }
 
 var hour0 = recounttest.Hour0
 

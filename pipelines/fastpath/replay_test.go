@@ -11,14 +11,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/ptest"
-
+	"github.com/topk-dev/topk/internal/prismopt/prismtest"
 	"github.com/topk-dev/topk/internal/streams"
 	"github.com/topk-dev/topk/schemas"
 	"github.com/topk-dev/topk/transforms/source"
 )
 
-func TestMain(m *testing.M) { ptest.Main(m) }
+func TestMain(m *testing.M) { prismtest.Main(m) }
 
 // writeNDJSON writes events to a temporary NDJSON file in slice order.
 func writeNDJSON(t *testing.T, events []schemas.Event) string {

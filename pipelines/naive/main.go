@@ -23,6 +23,7 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/transforms/top"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/x/beamx"
 
+	"github.com/topk-dev/topk/internal/prismopt"
 	"github.com/topk-dev/topk/schemas"
 	"github.com/topk-dev/topk/transforms/source"
 )
@@ -87,6 +88,7 @@ func main() {
 	beam.ParDo0(s, countList, tops)
 
 	start := time.Now()
+	prismopt.Apply() // the same runner settings as the fast path it is compared with
 	res, err := beamx.RunWithMetrics(context.Background(), p)
 	secs := time.Since(start).Seconds()
 	if err != nil {

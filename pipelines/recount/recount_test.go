@@ -11,17 +11,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/ptest"
 	"github.com/parquet-go/parquet-go"
 
 	"github.com/topk-dev/topk/internal/gcstest"
+	"github.com/topk-dev/topk/internal/prismopt/prismtest"
 	"github.com/topk-dev/topk/pipelines/recount/recounttest"
 	"github.com/topk-dev/topk/schemas"
 	"github.com/topk-dev/topk/transforms/archive"
 	"github.com/topk-dev/topk/transforms/exact/store"
 )
 
-func TestMain(m *testing.M) { ptest.Main(m) }
+func TestMain(m *testing.M) { prismtest.Main(m) }
 
 var hour0 = recounttest.Hour0
 

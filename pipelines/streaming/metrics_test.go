@@ -10,17 +10,17 @@ import (
 	"testing"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/ptest"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/topk-dev/topk/internal/prismopt/prismtest"
 	"github.com/topk-dev/topk/internal/stagemetrics"
 	"github.com/topk-dev/topk/pipelines/fastpath"
 	"github.com/topk-dev/topk/transforms/publish/liststore"
 )
 
-func TestMain(m *testing.M) { ptest.Main(m) }
+func TestMain(m *testing.M) { prismtest.Main(m) }
 
 // TestStageMetrics: a streaming run of a small synthetic source in this
 // process (Prism), then a scrape of --metrics_addr's /metrics: the stage

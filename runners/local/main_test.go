@@ -17,11 +17,11 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/ptest"
 	"github.com/parquet-go/parquet-go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/topk-dev/topk/internal/prismopt/prismtest"
 	"github.com/topk-dev/topk/internal/redisx"
 	"github.com/topk-dev/topk/internal/stagemetrics"
 	"github.com/topk-dev/topk/pipelines/recount/recounttest"
@@ -31,7 +31,7 @@ import (
 	"github.com/topk-dev/topk/transforms/exact/store"
 )
 
-func TestMain(m *testing.M) { ptest.Main(m) }
+func TestMain(m *testing.M) { prismtest.Main(m) }
 
 // TestLocalRun runs the all-in-one for a short while: every event the load
 // published is counted by the pipeline (read from Pub/Sub, acked once), lists

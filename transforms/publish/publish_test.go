@@ -13,12 +13,13 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/ptest"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/topk-dev/topk/internal/prismopt/prismtest"
 	"github.com/topk-dev/topk/internal/redistest"
 	"github.com/topk-dev/topk/schemas"
 	"github.com/topk-dev/topk/transforms/publish/liststore"
 )
 
-func TestMain(m *testing.M) { ptest.Main(m) }
+func TestMain(m *testing.M) { prismtest.Main(m) }
 
 func init() {
 	register.Function2x1[string, func(string, []byte), error](testListFn)

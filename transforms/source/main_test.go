@@ -3,8 +3,8 @@ package source
 import (
 	"testing"
 
-	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/ptest"
+	"github.com/topk-dev/topk/internal/prismopt/prismtest"
 )
 
 // Pipelines in these tests run on Prism in-process (ptest's default runner).
-func TestMain(m *testing.M) { ptest.Main(m) }
+func TestMain(m *testing.M) { prismtest.Main(m) }

@@ -16,6 +16,7 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/ptest"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/teststream"
 
+	"github.com/topk-dev/topk/internal/prismopt/prismtest"
 	"github.com/topk-dev/topk/schemas"
 	"github.com/topk-dev/topk/transforms/exact/store"
 	"github.com/topk-dev/topk/transforms/exact/store/storetest"
@@ -23,7 +24,7 @@ import (
 	"github.com/topk-dev/topk/transforms/summary"
 )
 
-func TestMain(m *testing.M) { ptest.Main(m) }
+func TestMain(m *testing.M) { prismtest.Main(m) }
 
 func init() {
 	register.Function3x1[beam.EventTime, []byte, func(beam.EventTime, string, []byte), error](decodeElemFn)

@@ -14,10 +14,14 @@ import (
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/x/beamx"
+
+	"github.com/topk-dev/topk/internal/prismopt"
 )
 
 // Counters runs p with beamx.RunWithMetrics and returns the counters of
-// namespace, summed over steps.
+// namespace, summed over steps. On Prism, its dynamic splitting is turned
+// off first (prismopt: a split stateful bundle lost or double-fired
+// sliding-window panes).
 //
 // On Prism the committed counters are not exact: a counter of the
 // summaries the list merge received read 5,616 where its DoFn had logged
@@ -25,6 +29,7 @@ import (
 // cannot prove that no element was lost (a conservation check by counters
 // was tried and dropped; the replay tests check list totals instead).
 func Counters(ctx context.Context, p *beam.Pipeline, namespace string) (map[string]int64, error) {
+	prismopt.Apply()
 	res, err := beamx.RunWithMetrics(ctx, p)
 	if err != nil {
 		return nil, err

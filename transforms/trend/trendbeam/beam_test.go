@@ -16,6 +16,7 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/passert"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/ptest"
 
+	"github.com/topk-dev/topk/internal/prismopt/prismtest"
 	"github.com/topk-dev/topk/internal/redisx"
 	"github.com/topk-dev/topk/schemas"
 	"github.com/topk-dev/topk/transforms/publish"
@@ -24,7 +25,7 @@ import (
 )
 
 // Pipelines in these tests run on Prism in-process (ptest's default runner).
-func TestMain(m *testing.M) { ptest.Main(m) }
+func TestMain(m *testing.M) { prismtest.Main(m) }
 
 func init() {
 	register.Function2x0[string, func(beam.EventTime, string, []byte)](unpackFn)
