@@ -28,6 +28,8 @@ import (
 // 5,648 (2 of 3 runs, 2026-12-02), so they report what a run did but
 // cannot prove that no element was lost (a conservation check by counters
 // was tried and dropped; the replay tests check list totals instead).
+// That was measured with Prism's splitting on; split bundles may have been
+// the cause, but it was not measured again.
 func Counters(ctx context.Context, p *beam.Pipeline, namespace string) (map[string]int64, error) {
 	prismopt.Apply()
 	res, err := beamx.RunWithMetrics(ctx, p)

@@ -162,11 +162,14 @@ func init() {
 // GroupByKey first: on Prism, either topology lost top-list data under CPU
 // load (TestReplayScopes with two busy loops beside it, 2026-12-01: the
 // Flatten 3 runs of 3, the GroupByKey 2 of 2; this one 0 of 4, and the
-// pipeline before the tallies 0 of 1). The cause, found 2026-12-02, was
-// not the topology but Prism splitting slow bundles of the stateful
-// windows (internal/prismopt; now turned off), which more stages under load
-// made likelier; the loss was in the top lists, upstream of this step, so
-// the test to re-run before changing this topology is that one.
+// pipeline before the tallies 0 of 1). The loss in this topology, found
+// 2026-12-02, came from Prism splitting slow bundles of the stateful
+// windows (internal/prismopt; now turned off), most likely the others'
+// too, but they were not re-run for loss since: the GroupByKey was
+// re-measured for CPU only, and was not cheaper (BENCHMARKS.md, "Prism's
+// dynamic splitting off"). The loss was in the top lists, upstream of
+// this step, so the test to re-run before changing this topology is that
+// one.
 func Trending(s beam.Scope, lists5m, tallies beam.PCollection, cfg Config) beam.PCollection {
 	s = s.Scope("trend.Trending")
 	if err := cfg.Validate(); err != nil {
