@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -24,6 +25,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/KimMachineGun/automemlimit/memlimit"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/runners"
 
 	"github.com/topk-dev/topk/internal/recoverylog"
@@ -60,6 +62,8 @@ type Flags struct {
 	DeadLetterDir   string
 	PubsubEndpoint  string
 	CPUProfile      string
+	HeapProfile     string
+	BundleTime      time.Duration
 	MemoryLimitMB   int
 	Long            bool
 	LongIdle        time.Duration
@@ -101,7 +105,7 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.LongIdle, "long_idle", 0, "with --long: how long after a list's last hour with data its open hours are still reported each minute (0: 26h; a bounded replay wants a few minutes)")
 	fs.StringVar(&f.BTProject, "bigtable_project", "topk-local", "Bigtable project of the exact tables (--long) and the recovery log (--recovery_log)")
 	fs.StringVar(&f.BTInstance, "bigtable_instance", "topk", "Bigtable instance of the exact tables (--long) and the recovery log (--recovery_log)")
-	fs.IntVar(&f.MemoryLimitMB, "memory_limit_mb", 2560, "Go heap soft limit in MiB (runtime/debug.SetMemoryLimit; GOMEMLIMIT overrides; 0: none). Most of the heap is short-lived summaries: at 1M events/s peak RSS was 4.5 GB without a limit, 2.6 GB with 2,560 MiB, at the same throughput")
+	fs.IntVar(&f.MemoryLimitMB, "memory_limit_mb", 0, "Go heap soft limit in MiB (runtime/debug.SetMemoryLimit; GOMEMLIMIT overrides). 0: 75% of the container's memory limit (cgroup), else of the machine's memory; -1: none. A limit below the job's live heap costs more CPU than it saves memory (the collector runs back to back): see setMemoryLimit")
 	fs.BoolVar(&f.Trending, "trending", d.Trending, "score the 5m lists into trending lists per (type, scope) (window \"trending\")")
 	f.Trend = d.Trend
 	fs.DurationVar(&f.Trend.Every, "trend_every", d.Trend.Every, "trending: score the 5m lists this often (a multiple of 10s, at most 5m)")
@@ -119,6 +123,8 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.RecoveryHorizon, "recovery_horizon", 0, "how much publish time before its start a run replays from the recovery log (0: the longest window plus the allowed lateness and a bucket)")
 	fs.StringVar(&f.MetricsAddr, "metrics_addr", "", "serve Prometheus metrics (publish lag, list age, pointer moves, per-stage event and dead-letter counters, recovery log) on this address at /metrics")
 	fs.StringVar(&f.CPUProfile, "cpuprofile", "", "write a CPU profile of the whole run (Prism runs in-process) to this file")
+	fs.DurationVar(&f.BundleTime, "bundle_time", time.Second, "how long the Pub/Sub and synthetic sources emit before a bundle ends (each bundle ends in one pre-aggregation flush: longer is less work per event and more latency)")
+	fs.StringVar(&f.HeapProfile, "heapprofile", "", "write the heap profile at the run's largest in-use heap (checked every 10s; Prism's state is in it) to this file")
 	rd := preagg.DefaultRules() // the exact command's rules, with smaller stream state
 	f.Rules = rules.RegisterFlagsWith(fs, "", rd)
 }
@@ -141,7 +147,7 @@ func (f *Flags) Config(redisAddr string) (fastpath.Config, error) {
 		}
 	}
 	cfg.Source = spec
-	cfg.SourceOpts = source.Options{Runner: *runners.Runner, PubsubEndpoint: f.PubsubEndpoint}
+	cfg.SourceOpts = source.Options{Runner: *runners.Runner, PubsubEndpoint: f.PubsubEndpoint, BundleTime: f.BundleTime}
 	cfg.Preagg.Partitions = f.Partitions
 	cfg.Preagg.AllowedLateness = f.AllowedLateness
 	cfg.Preagg.Summary.N = f.SummaryN
@@ -229,9 +235,7 @@ func main() {
 }
 
 func run(ctx context.Context, f *Flags) error {
-	if f.MemoryLimitMB > 0 && os.Getenv("GOMEMLIMIT") == "" {
-		debug.SetMemoryLimit(int64(f.MemoryLimitMB) << 20)
-	}
+	setMemoryLimit(f.MemoryLimitMB)
 	dryRun := isDryRun()
 	var conn *redisx.Conn
 	redisAddr := ""
@@ -267,11 +271,49 @@ func run(ctx context.Context, f *Flags) error {
 		return err
 	}
 	defer stopProfile()
+	stopHeap, err := beamrun.HeapProfile(f.HeapProfile, 10*time.Second)
+	if err != nil {
+		return err
+	}
+	defer stopHeap()
 	rep, err := fastpath.Run(ctx, cfg, fastpath.BeamRunner, lag)
 	if err != nil || dryRun {
 		return err // a dry run counted nothing: no all-zero summary
 	}
 	return json.NewEncoder(os.Stdout).Encode(rep)
+}
+
+// setMemoryLimit sets the Go heap's soft limit: mb MiB when mb > 0, none
+// when mb < 0, and when mb is 0, 75% of the memory the process may use
+// (the cgroup's limit in a container, else the machine's memory; the
+// automemlimit library reads both). GOMEMLIMIT, when set, wins.
+//
+// Why not a fixed limit: the soft limit is for headroom, not a budget. The
+// heap this job keeps alive grows with its windows (the 1h window's panes
+// and aggregators fill over an hour), and once the live heap passes the
+// limit the collector runs back to back: at 100k events/s with every scope
+// for 2 minutes, the live heap reached about 3 GB, and the former default
+// of 2,560 MiB took 1.8x the CPU-s of no limit and fell behind
+// (BENCHMARKS.md, "The memory limit").
+func setMemoryLimit(mb int) {
+	if os.Getenv("GOMEMLIMIT") != "" {
+		return
+	}
+	switch {
+	case mb > 0:
+		debug.SetMemoryLimit(int64(mb) << 20)
+	case mb == 0:
+		limit, err := memlimit.SetGoMemLimitWithOpts(
+			memlimit.WithRatio(0.75),
+			memlimit.WithProvider(memlimit.ApplyFallback(memlimit.FromCgroup, memlimit.FromSystem)),
+			memlimit.WithLogger(slog.New(slog.DiscardHandler)),
+		)
+		if err != nil {
+			slog.Warn("no automatic memory limit", "err", err)
+			return
+		}
+		slog.Info("memory limit", "mb", limit>>20)
+	}
 }
 
 func isDryRun() bool {

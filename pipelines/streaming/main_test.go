@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"flag"
+	"math"
+	"os"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -92,5 +95,41 @@ func TestTrendAndRecoveryFlags(t *testing.T) {
 	}
 	if _, err := parse("--trend_enter=0.001", "--trend_leave=0.002"); err == nil || !strings.Contains(err.Error(), "trending") {
 		t.Errorf("leave above enter: %v; want a trending configuration error", err)
+	}
+}
+
+// --memory_limit_mb: a positive value is the limit, -1 none, and 0 (the
+// default) 75% of the memory the process may use, which on any machine
+// that runs this test is more than the former fixed 2,560 MiB default
+// would have been below (a limit under the live heap makes the collector
+// run back to back). GOMEMLIMIT, when set, wins.
+func TestMemoryLimit(t *testing.T) {
+	t.Setenv("GOMEMLIMIT", "") // set to empty: setMemoryLimit must not treat it as set
+	os.Unsetenv("GOMEMLIMIT")
+	prev := debug.SetMemoryLimit(-1)
+	defer debug.SetMemoryLimit(prev)
+	current := func() int64 { return debug.SetMemoryLimit(-1) }
+
+	setMemoryLimit(300)
+	if got := current(); got != 300<<20 {
+		t.Errorf("300 MiB: limit %d", got)
+	}
+	debug.SetMemoryLimit(math.MaxInt64)
+	setMemoryLimit(-1)
+	if got := current(); got != math.MaxInt64 {
+		t.Errorf("-1: limit %d, want none", got)
+	}
+	setMemoryLimit(0)
+	got := current()
+	if got == math.MaxInt64 || got < 512<<20 {
+		t.Errorf("automatic: limit %d MiB, want 75%% of this machine's or container's memory", got>>20)
+	}
+	t.Logf("automatic limit here: %d MiB", got>>20)
+
+	debug.SetMemoryLimit(math.MaxInt64)
+	t.Setenv("GOMEMLIMIT", "1GiB")
+	setMemoryLimit(300)
+	if got := current(); got != math.MaxInt64 {
+		t.Errorf("GOMEMLIMIT set: limit changed to %d", got)
 	}
 }

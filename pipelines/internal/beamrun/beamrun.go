@@ -9,8 +9,10 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/pprof"
 	"syscall"
+	"time"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/x/beamx"
@@ -64,6 +66,60 @@ func CPUProfile(path string) (stop func(), err error) {
 		return nil, err
 	}
 	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+// HeapProfile writes the heap profile (in use and allocated, as pprof's
+// heap profile holds both) to path at the largest in-use heap the run
+// reaches: the heap is checked every interval, and the profile rewritten
+// whenever it is bigger than at the last write. "" profiles nothing. Call
+// stop when the run ends.
+func HeapProfile(path string, interval time.Duration) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	// Fail now on a path that cannot be written, not at the first peak.
+	if err := writeHeapProfile(path); err != nil {
+		return nil, err
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		var peak uint64
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			if ms.HeapInuse <= peak {
+				continue
+			}
+			peak = ms.HeapInuse
+			if err := writeHeapProfile(path); err != nil {
+				slog.Warn("heap profile", "path", path, "err", err)
+				return
+			}
+			slog.Info("heap profile written", "path", path, "heap_inuse_mb", peak>>20)
+		}
+	}()
+	return func() { close(done); <-finished }, nil
+}
+
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // Main is a pipeline command's main after its flags are defined: it parses
