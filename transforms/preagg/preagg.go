@@ -75,7 +75,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -348,10 +347,11 @@ type preaggFn struct {
 	groups   map[groupKey]*group
 	free     []*summary.Counter // reset counters for reuse
 	distinct int
-	pairs    int                 // (item, user) pairs held for the tallies
-	tops     map[uint64]int      // addTally's scratch: a top item's hash to its index
-	entries  []*users.TallyEntry // addTally's scratch: the top items' entries
-	last     *group              // the group of the previous event: most events share it
+	pairs    int                // (item, user) pairs held for the tallies
+	tops     map[uint64]int     // addTally's scratch: a top item's hash to its index
+	sketches []users.Sketch     // addTally's scratch: the top items' users
+	tw       *users.TallyWriter // flush's scratch: the group's tally
+	last     *group             // the group of the previous event: most events share it
 	lastKey  groupKey
 	scopes   []string
 	buf      []byte
@@ -525,7 +525,7 @@ func (fn *preaggFn) flush(emit, tallies func(beam.EventTime, string, []byte)) {
 	}
 	outs := map[[2]int64]*out{}
 	for k, g := range fn.groups {
-		var t *users.Tally // the group's users, over its partitions
+		var t *users.TallyWriter // the group's users, over its partitions
 		for p, c := range g.counters {
 			if c == nil {
 				continue
@@ -541,7 +541,11 @@ func (fn *preaggFn) flush(emit, tallies func(beam.EventTime, string, []byte)) {
 				o.sums = append(o.sums, c.Summary(fn.cfg))
 				if g.pairs != nil && len(g.pairs[p]) > 0 {
 					if t == nil {
-						t = users.NewTally()
+						if fn.tw == nil {
+							fn.tw = users.NewTallyWriter()
+						}
+						t = fn.tw
+						t.Reset()
 					}
 					fn.addTally(t, c, g.pairs[p])
 				}
@@ -553,7 +557,7 @@ func (fn *preaggFn) flush(emit, tallies func(beam.EventTime, string, []byte)) {
 			fn.free = append(fn.free, c)
 		}
 		if t != nil {
-			b, err := t.MarshalBinary()
+			b, err := t.AppendBinary(nil)
 			if err != nil {
 				panic(err) // fresh sketches: cannot fail
 			}
@@ -577,35 +581,37 @@ func (fn *preaggFn) flush(emit, tallies func(beam.EventTime, string, []byte)) {
 // addTally adds one partition's users to its (list, bucket)'s tally t:
 // every pair into Pairs, and the users of the UsersTop biggest items of c
 // (a partition's items are its own, so the partitions' entries never
-// meet). One pass over ps in arrival order: sketches ignore repeats, so
-// the pairs need no sorting or dedupe (sorting and searching them was
-// about half of this function's time in BenchmarkPreagg/all+users).
-func (fn *preaggFn) addTally(t *users.Tally, c *summary.Counter, ps []pair) {
+// meet, and each item is added to t once). One pass over ps in arrival
+// order: sketches ignore repeats, so the pairs need no sorting or dedupe
+// (sorting and searching them was about half of this function's time in
+// BenchmarkPreagg/all+users).
+func (fn *preaggFn) addTally(t *users.TallyWriter, c *summary.Counter, ps []pair) {
 	top := c.Top(fn.UsersTop)
 	if fn.tops == nil {
 		fn.tops = make(map[uint64]int, fn.UsersTop)
 	}
 	clear(fn.tops)
-	fn.entries = slices.Grow(fn.entries[:0], len(top))[:len(top)]
+	if len(fn.sketches) < len(top) {
+		fn.sketches = make([]users.Sketch, len(top))
+	}
 	for i, it := range top {
 		fn.tops[it.Hash] = i
-		fn.entries[i] = nil // an entry only if one of its events has a user
+		fn.sketches[i].ResetTally()
 	}
 	for _, q := range ps {
 		t.Pairs.AddHash(users.PairHash(q.user, q.item))
-		i, ok := fn.tops[q.item]
-		if !ok {
-			continue
+		if i, ok := fn.tops[q.item]; ok {
+			fn.sketches[i].AddHash(q.user)
 		}
-		e := fn.entries[i]
-		if e == nil {
-			e = t.Entry(top[i].Item)
-			e.Count = top[i].Count
-			fn.entries[i] = e
-		}
-		e.Users.AddHash(q.user)
 	}
-	clear(fn.entries) // no tally kept alive by the scratch
+	for i, it := range top {
+		// An entry only if one of its events has a user.
+		if u := &fn.sketches[i]; !u.Empty() {
+			if err := t.Add(it.Item, it.Count, u); err != nil {
+				panic(err) // fresh sketches of one precision: cannot fail
+			}
+		}
+	}
 }
 
 func (fn *preaggFn) FinishBundle(ctx context.Context, emit, tallies func(beam.EventTime, string, []byte), _ func(schemas.DeadLetter)) {

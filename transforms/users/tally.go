@@ -319,3 +319,234 @@ func UnmarshalTally(data []byte) (*Tally, error) {
 
 // MarshalBinary is AppendBinary to a new buffer.
 func (t *Tally) MarshalBinary() ([]byte, error) { return t.AppendBinary(nil) }
+
+// TallyWriter writes a tally's binary form straight from its producer's
+// items, without a map of entries: the pre-aggregation's partitions hold
+// disjoint items, so it adds each item once, and building a Tally only
+// to encode it cost a map insert and a cloned name per item (about a
+// third of its tally time at 100k events/s, BENCHMARKS.md). The caller
+// adds each item at most once (the format has no repeats: UnmarshalTally
+// rejects them). The zero value is not ready: use NewTallyWriter.
+type TallyWriter struct {
+	// Pairs is the sketch of every (user, item) pair (Tally.Pairs).
+	Pairs Sketch
+	n     int
+	items []byte // the items' encoding, without their count
+}
+
+// NewTallyWriter returns an empty writer.
+func NewTallyWriter() *TallyWriter {
+	return &TallyWriter{Pairs: Sketch{p: TallyPrecision}}
+}
+
+// Reset empties w for the next tally, keeping its memory.
+func (w *TallyWriter) Reset() {
+	w.Pairs.ResetTally()
+	w.n, w.items = 0, w.items[:0]
+}
+
+// Len is the number of items added.
+func (w *TallyWriter) Len() int { return w.n }
+
+// Add appends item with its count and users (encoded now: users may be
+// reused after). Items must be distinct.
+func (w *TallyWriter) Add(item string, count uint64, u *Sketch) error {
+	w.items = binary.AppendUvarint(w.items, uint64(len(item)))
+	w.items = append(w.items, item...)
+	w.items = binary.AppendUvarint(w.items, count)
+	var err error
+	if w.items, err = appendBody(w.items, u); err != nil {
+		return err
+	}
+	w.n++
+	return nil
+}
+
+// AppendBinary appends the tally's binary form (what Tally.AppendBinary
+// writes for the same items) to dst.
+func (w *TallyWriter) AppendBinary(dst []byte) ([]byte, error) {
+	dst = slices.Grow(dst, 16+w.Pairs.sizeHint()+len(w.items))
+	dst = append(dst, tallyMagic...)
+	dst = append(dst, tallyVersion, TallyPrecision)
+	var err error
+	if dst, err = appendBody(dst, &w.Pairs); err != nil {
+		return nil, err
+	}
+	dst = binary.AppendUvarint(dst, uint64(w.n))
+	return append(dst, w.items...), nil
+}
+
+// ResetTally empties s for reuse as a tally's sketch (TallyPrecision),
+// keeping its set's memory.
+func (s *Sketch) ResetTally() {
+	*s = Sketch{set: s.set[:0], p: TallyPrecision}
+}
+
+// Empty reports whether no user was added.
+func (s *Sketch) Empty() bool { return s.empty() }
+
+// AbsorbBinary unites the tally encoded in data into t, as Absorb of the
+// decoded tally would, without building it: an item t already has takes
+// the piece's count and users straight from the bytes (its users join
+// the set's unsorted tail), so a scorer uniting one piece per
+// pre-aggregation flush allocates only for items new to t (decoding
+// every piece into its own map was most of the scorer's cost,
+// BENCHMARKS.md). The whole input is checked, and its HyperLogLogs
+// decoded, before anything is united: on a malformed input, or one with
+// a HyperLogLog of another precision than TallyPrecision, t is unchanged
+// and the error wraps ErrBadSketch. An item repeated in data (which no
+// encoder here writes) is united twice.
+func (t *Tally) AbsorbBinary(data []byte) error {
+	if len(data) < len(tallyMagic)+2 || string(data[:len(tallyMagic)]) != tallyMagic || data[len(tallyMagic)] != tallyVersion {
+		// Not the current version (or not a tally): the general path.
+		o, err := UnmarshalTally(data)
+		if err != nil {
+			return err
+		}
+		return t.Absorb(o)
+	}
+	var hlls []Sketch // decoded in the check, united in order after
+	err := walkTally(data, true, func(_ []byte, _ uint64, b sketchBody) error {
+		if b.hll == nil {
+			return nil
+		}
+		d, err := readHLL(b.hll)
+		if err == nil && d.p != TallyPrecision {
+			err = fmt.Errorf("%w: tally: a HyperLogLog of precision %d", ErrBadSketch, d.p)
+		}
+		hlls = append(hlls, d)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if t.Items == nil {
+		t.Items = map[string]*TallyEntry{}
+	}
+	return walkTally(data, false, func(item []byte, count uint64, b sketchBody) error {
+		s := &t.Pairs
+		if item != nil {
+			e := t.Items[string(item)] // no allocation for the lookup
+			if e == nil {
+				e = &TallyEntry{Users: Sketch{p: TallyPrecision}}
+				t.Items[string(item)] = e
+			}
+			e.Count += count
+			s = &e.Users
+		}
+		if b.hll != nil {
+			d := &hlls[0]
+			hlls = hlls[1:]
+			return s.Merge(d)
+		}
+		b.mergeSetInto(s)
+		return nil
+	})
+}
+
+// sketchBody is one sketch body of a version 2 tally: a set's hashes
+// (4 bytes each) or a HyperLogLog's encoding, or neither (empty).
+type sketchBody struct {
+	p        uint8
+	set, hll []byte
+}
+
+// mergeSetInto unites the body's set (if any) into s.
+func (b sketchBody) mergeSetInto(s *Sketch) {
+	switch {
+	case len(b.set) == 0:
+		return
+	case s.hll != nil:
+		for i := 0; i < len(b.set); i += 4 {
+			s.hll.InsertHash(unset(binary.LittleEndian.Uint32(b.set[i:])))
+		}
+		return
+	}
+	if s.empty() {
+		s.p = b.p
+	}
+	s.set = slices.Grow(s.set, len(b.set)/4)
+	for i := 0; i < len(b.set); i += 4 {
+		s.set = append(s.set, binary.LittleEndian.Uint32(b.set[i:]))
+	}
+	if len(s.set)-s.sorted > setMax(s.precision()) {
+		s.norm()
+	}
+}
+
+// walkTally walks a version 2 tally, calling visit for Pairs (item nil)
+// and then for every item in order, and checks its framing: every length,
+// no trailing bytes, and with check each set's size and order too.
+func walkTally(data []byte, check bool, visit func(item []byte, count uint64, body sketchBody) error) error {
+	r := data[len(tallyMagic)+1:]
+	if len(r) == 0 || r[0] < 4 || r[0] > 18 {
+		return fmt.Errorf("%w: tally: bad precision", ErrBadSketch)
+	}
+	p := r[0]
+	r = r[1:]
+	body := func(what string) (sketchBody, error) {
+		h, k := binary.Uvarint(r)
+		if k <= 0 {
+			return sketchBody{}, fmt.Errorf("%w: tally: bad %s", ErrBadSketch, what)
+		}
+		r = r[k:]
+		b := sketchBody{p: p}
+		switch n := h >> 1; {
+		case h == 0:
+		case h&1 == 1:
+			if n > uint64(len(r)) {
+				return sketchBody{}, fmt.Errorf("%w: tally: bad %s", ErrBadSketch, what)
+			}
+			b.hll, r = r[:n], r[n:]
+		default:
+			if n > uint64(setMax(p)) || 4*n > uint64(len(r)) {
+				return sketchBody{}, fmt.Errorf("%w: tally: bad %s length", ErrBadSketch, what)
+			}
+			b.set, r = r[:4*n], r[4*n:]
+			if check {
+				for i := 4; i < len(b.set); i += 4 {
+					if binary.LittleEndian.Uint32(b.set[i:]) <= binary.LittleEndian.Uint32(b.set[i-4:]) {
+						return sketchBody{}, fmt.Errorf("%w: tally: %s: hashes not increasing", ErrBadSketch, what)
+					}
+				}
+			}
+		}
+		return b, nil
+	}
+	pairs, err := body("pairs")
+	if err != nil {
+		return err
+	}
+	if err := visit(nil, 0, pairs); err != nil {
+		return err
+	}
+	n, k := binary.Uvarint(r)
+	if k <= 0 || n > uint64(len(r)) {
+		return fmt.Errorf("%w: tally: bad item count", ErrBadSketch)
+	}
+	r = r[k:]
+	for range n {
+		l, k := binary.Uvarint(r)
+		if k <= 0 || l > uint64(len(r)-k) {
+			return fmt.Errorf("%w: tally: bad item length", ErrBadSketch)
+		}
+		name := r[k : k+int(l)]
+		r = r[k+int(l):]
+		c, k := binary.Uvarint(r)
+		if k <= 0 {
+			return fmt.Errorf("%w: tally: bad count", ErrBadSketch)
+		}
+		r = r[k:]
+		u, err := body("users")
+		if err != nil {
+			return err
+		}
+		if err := visit(name, c, u); err != nil {
+			return err
+		}
+	}
+	if len(r) != 0 {
+		return fmt.Errorf("%w: tally: %d trailing bytes", ErrBadSketch, len(r))
+	}
+	return nil
+}

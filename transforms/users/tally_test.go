@@ -23,6 +23,24 @@ func tallyOf(items map[string][]string) *Tally {
 	return t
 }
 
+// sameTally fails t unless got has want's pairs estimate and items, each
+// with want's count and users estimate.
+func sameTally(t *testing.T, what string, got, want *Tally) {
+	t.Helper()
+	if g, w := got.Pairs.Estimate(), want.Pairs.Estimate(); g != w {
+		t.Errorf("%s: pairs %d, want %d", what, g, w)
+	}
+	if len(got.Items) != len(want.Items) {
+		t.Fatalf("%s: %d items, want %d", what, len(got.Items), len(want.Items))
+	}
+	for it, we := range want.Items {
+		ge := got.Items[it]
+		if ge == nil || ge.Count != we.Count || ge.Users.Estimate() != we.Users.Estimate() {
+			t.Errorf("%s: %s: got %+v, want count %d users %d", what, it, ge, we.Count, we.Users.Estimate())
+		}
+	}
+}
+
 // Property: a tally survives its binary form; merging a tally twice (a
 // retried bundle) changes no estimate; Trim keeps the biggest counts; any
 // corrupted input is an error, never a panic.
@@ -100,18 +118,7 @@ func TestTallyAbsorb(t *testing.T) {
 			t.Errorf("absorbed tally not emptied: %d items", len(d.Items))
 		}
 	}
-	if got, want := absorbed.Pairs.Estimate(), merged.Pairs.Estimate(); got != want {
-		t.Errorf("pairs %d, Merge gives %d", got, want)
-	}
-	if len(absorbed.Items) != len(merged.Items) {
-		t.Fatalf("%d items, Merge gives %d", len(absorbed.Items), len(merged.Items))
-	}
-	for it, me := range merged.Items {
-		ae := absorbed.Items[it]
-		if ae == nil || ae.Count != me.Count || ae.Users.Estimate() != me.Users.Estimate() {
-			t.Errorf("%s: absorbed %+v, merged count %d users %d", it, ae, me.Count, me.Users.Estimate())
-		}
-	}
+	sameTally(t, "absorbed (want: merged)", absorbed, merged)
 }
 
 // appendV1 writes t in tally format version 1 (what builds before
@@ -159,18 +166,7 @@ func TestTallyFormats(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		if got, want := d.Pairs.Estimate(), tl.Pairs.Estimate(); got != want {
-			t.Errorf("%s: pairs %d, want %d", name, got, want)
-		}
-		if len(d.Items) != len(tl.Items) {
-			t.Fatalf("%s: %d items, want %d", name, len(d.Items), len(tl.Items))
-		}
-		for it, e := range tl.Items {
-			de := d.Items[it]
-			if de == nil || de.Count != e.Count || de.Users.Estimate() != e.Users.Estimate() {
-				t.Errorf("%s: %s decoded %+v, want count %d users %d", name, it, de, e.Count, e.Users.Estimate())
-			}
-		}
+		sameTally(t, name, d, tl)
 		for i := range enc {
 			if _, err := UnmarshalTally(enc[:i]); !errors.Is(err, ErrBadSketch) {
 				t.Fatalf("%s truncated to %d bytes: %v", name, i, err)
@@ -246,6 +242,119 @@ func TestTrimKeepsTheBiggest(t *testing.T) {
 			if tl.Items[x.name] == nil {
 				t.Fatalf("keep %d: %s (count %d) dropped", keep, x.name, x.count)
 			}
+		}
+	}
+}
+
+// TestTallyWriter: a writer's encoding decodes to the tally built from the
+// same items and pairs (estimates and counts), across Reset, with sets
+// and dense sketches, and an item without users is written as such.
+func TestTallyWriter(t *testing.T) {
+	w := NewTallyWriter()
+	var u Sketch
+	for round := range 2 {
+		w.Reset()
+		want := NewTally()
+		for i := range 50 {
+			item := fmt.Sprintf("item-%d-%d", round, i)
+			n := 1 + i*i // up to 2,402 users: the last ones go dense
+			u.ResetTally()
+			e := want.Entry(item)
+			e.Count = uint64(2 * n)
+			for j := range n {
+				h := Hash(fmt.Sprint("user", j))
+				u.AddHash(h)
+				e.Users.AddHash(h)
+				ph := PairHash(h, Hash(item))
+				w.Pairs.AddHash(ph)
+				want.Pairs.AddHash(ph)
+			}
+			if err := w.Add(item, e.Count, &u); err != nil {
+				t.Fatal(err)
+			}
+		}
+		u.ResetTally()
+		want.Entry("no-users").Count = 7
+		if err := w.Add("no-users", 7, &u); err != nil {
+			t.Fatal(err)
+		}
+		if w.Len() != 51 {
+			t.Fatalf("Len %d, want 51", w.Len())
+		}
+		enc, err := w.AppendBinary([]byte("prefix"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(enc[:6]) != "prefix" {
+			t.Fatalf("AppendBinary overwrote dst")
+		}
+		got, err := UnmarshalTally(enc[6:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameTally(t, fmt.Sprint("round ", round), got, want)
+	}
+}
+
+// TestTallyAbsorbBinary: uniting encoded tallies by AbsorbBinary gives
+// what Merge of the decoded tallies gives (sets, dense sketches, version
+// 1 input, items new and known); a truncated or corrupted input is an
+// error that leaves the tally as it was, and never a panic.
+func TestTallyAbsorbBinary(t *testing.T) {
+	big := make([]string, 3000) // dense at TallyPrecision (over 1,024)
+	for i := range big {
+		big[i] = fmt.Sprint("b", i)
+	}
+	parts := []*Tally{
+		tallyOf(map[string][]string{"x": {"u1", "u2", "u2", "u3"}, "y": {"u1"}}),
+		tallyOf(map[string][]string{"x": {"u3", "u4"}, "z": {"u9", "u8"}, "hot": big[:2000]}),
+		tallyOf(map[string][]string{"z": {"u9", "u7"}, "w": {"u1"}, "hot": big[1000:]}),
+		tallyOf(map[string][]string{"x": big[:600], "w": big[:700]}), // x, w pass 1,024 united
+	}
+	var encs [][]byte
+	merged, absorbed := NewTally(), NewTally()
+	for i, p := range parts {
+		enc, err := p.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 2 {
+			enc = appendV1(p) // the general path
+		}
+		encs = append(encs, enc)
+		d, err := UnmarshalTally(enc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := merged.Merge(d); err != nil {
+			t.Fatal(err)
+		}
+		if err := absorbed.AbsorbBinary(enc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	same := func(what string, got, want *Tally) { t.Helper(); sameTally(t, what, got, want) }
+	same("absorbed", absorbed, merged)
+	if n := absorbed.Items["hot"].Users.Estimate(); n < 2850 || n > 3150 {
+		t.Errorf("hot: %d users, want about 3,000", n)
+	}
+	// Corrupt inputs: an error (or a valid tally), t unchanged on error.
+	enc := encs[1]
+	for i := range enc {
+		base := NewTally()
+		if err := base.AbsorbBinary(encs[0]); err != nil {
+			t.Fatal(err)
+		}
+		ref := NewTally()
+		ref.AbsorbBinary(encs[0])
+		if err := base.AbsorbBinary(enc[:i]); !errors.Is(err, ErrBadSketch) {
+			t.Fatalf("truncated to %d bytes: %v", i, err)
+		}
+		same(fmt.Sprint("after truncation to ", i), base, ref)
+		bad := append([]byte(nil), enc...)
+		bad[i] ^= 0xff
+		if err := base.AbsorbBinary(bad); err != nil {
+			same(fmt.Sprint("after corrupting byte ", i), base, ref)
 		}
 	}
 }

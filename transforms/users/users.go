@@ -254,16 +254,15 @@ func (s *Sketch) Merge(o *Sketch) error {
 			}
 			return nil
 		}
-		s.norm()
-		if s.hll == nil {
-			s.set = unite(make([]uint32, 0, len(s.set)+len(o.set)), s.set, o.set)
-			s.sorted = len(s.set)
-			if len(s.set) > setMax(s.precision()) {
-				s.toDense()
-			}
-			return nil
+		// o's hashes join the unsorted tail, as AddHash's do: a sketch
+		// that many tallies are united into (a hot item's users, once
+		// per pre-aggregation flush) is sorted once when it is read,
+		// not re-merged into a new array per tally.
+		s.set = append(s.set, o.set...)
+		if len(s.set)-s.sorted > setMax(s.precision()) {
+			s.norm()
 		}
-		return s.Merge(o)
+		return nil
 	}
 	if s.hll == nil {
 		s.p = o.p

@@ -485,18 +485,14 @@ func (fn *scoreFn) unitePieces(ctx context.Context, sp state.Provider, key strin
 			return nil, fmt.Errorf("trend %s: short tally piece", key)
 		}
 		bucket := int64(binary.BigEndian.Uint64(v))
-		t, err := users.UnmarshalTally(v[8:])
-		if err != nil {
-			log.Errorf(ctx, "trend %s: a users tally of bucket %d dropped: %v", key, bucket, err)
-			continue
-		}
 		pane := bucket - mod(bucket, fn.PaneMs)
 		acc := byPane[pane]
 		if acc == nil {
-			byPane[pane] = t
-			continue
+			acc = users.NewTally()
+			byPane[pane] = acc
 		}
-		if err := acc.Absorb(t); err != nil {
+		// United from its bytes: no map per piece (AbsorbBinary).
+		if err := acc.AbsorbBinary(v[8:]); err != nil {
 			log.Errorf(ctx, "trend %s: a users tally of bucket %d dropped: %v", key, bucket, err)
 		}
 	}
@@ -506,11 +502,7 @@ func (fn *scoreFn) unitePieces(ctx context.Context, sp state.Provider, key strin
 			return nil, err
 		}
 		if ok {
-			prev, err := users.UnmarshalTally(old)
-			if err == nil {
-				err = t.Absorb(prev)
-			}
-			if err != nil {
+			if err := t.AbsorbBinary(old); err != nil {
 				log.Errorf(ctx, "trend %s: users of pane %d dropped: %v", key, pane, err)
 			}
 		}
@@ -541,19 +533,18 @@ func (fn *scoreFn) usersInput(ctx context.Context, sp state.Provider, asOf time.
 		if b < to-window5m || b >= to {
 			continue
 		}
-		t := fresh[b]
-		delete(fresh, b)
-		if t == nil {
+		var uerr error
+		if t := fresh[b]; t != nil {
+			delete(fresh, b)
+			uerr = u.Absorb(t)
+		} else {
 			raw, ok, err := fn.Tallies.Get(sp, b)
 			if err != nil || !ok {
 				return trend.Input{}, err
 			}
-			if t, err = users.UnmarshalTally(raw); err != nil {
-				log.Errorf(ctx, "trend: users of pane %d skipped: %v", b, err)
-				continue
-			}
+			uerr = u.AbsorbBinary(raw)
 		}
-		if err := u.Absorb(t); err != nil { // see unitePieces: skipped, not fatal
+		if err := uerr; err != nil { // see unitePieces: skipped, not fatal
 			log.Errorf(ctx, "trend: users of pane %d skipped: %v", b, err)
 		}
 	}
