@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/mtime"
 
+	"github.com/topk-dev/topk/internal/memtest"
 	"github.com/topk-dev/topk/schemas"
 	"github.com/topk-dev/topk/transforms/users"
 )
@@ -139,9 +139,9 @@ func TestUsersMemoryFlatUnderSpam(t *testing.T) {
 		}
 	}
 	wave(0, 200_000)
-	before := liveHeap()
+	before := memtest.LiveHeap()
 	wave(200_000, 1_000_000)
-	after := liveHeap()
+	after := memtest.LiveHeap()
 	h.fn.FinishBundle(context.Background(), nopEmit, tallies, nopDead)
 	t.Logf("heap %+d bytes over 1M junk items and accounts; largest tally %d items", int64(after)-int64(before), most)
 	if grown := int64(after) - int64(before); grown > 4<<20 {
@@ -150,12 +150,4 @@ func TestUsersMemoryFlatUnderSpam(t *testing.T) {
 	if most == 0 || most > 64*cfg.Partitions {
 		t.Errorf("largest tally %d items, want 1..%d (64 per partition)", most, 64*cfg.Partitions)
 	}
-}
-
-func liveHeap() uint64 {
-	runtime.GC()
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.HeapAlloc
 }

@@ -9,12 +9,12 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/topk-dev/topk/internal/memtest"
 	"github.com/topk-dev/topk/schemas"
 )
 
@@ -373,14 +373,6 @@ func TestFullTablesOverCount(t *testing.T) {
 	}
 }
 
-func heapInUse() uint64 {
-	runtime.GC()
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.HeapAlloc
-}
-
 // Property: a Filter's memory is flat under a spam wave: 1M junk items
 // and 1M junk accounts grow it by nothing once its tables exist, and it
 // stays under MaxBytes.
@@ -404,9 +396,9 @@ func TestMemoryFlatUnderSpam(t *testing.T) {
 		}
 	}
 	wave(0, 200_000) // allocates the tables that event time reaches
-	before := heapInUse()
+	before := memtest.LiveHeap()
 	wave(200_000, 2_000_000) // 1M junk keys and 1M junk accounts, twice over
-	after := heapInUse()
+	after := memtest.LiveHeap()
 	if grown := int64(after) - int64(before); grown > 1<<20 {
 		t.Fatalf("heap grew by %d bytes under the spam wave", grown)
 	}
