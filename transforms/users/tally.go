@@ -331,7 +331,7 @@ type TallyWriter struct {
 	// Pairs is the sketch of every (user, item) pair (Tally.Pairs).
 	Pairs Sketch
 	n     int
-	items []byte // the items' encoding, without their count
+	items []byte // the items' encoding (without the number of items before them)
 }
 
 // NewTallyWriter returns an empty writer.
@@ -389,9 +389,9 @@ func (s *Sketch) Empty() bool { return s.empty() }
 // decoded tally would, without building it: an item t already has takes
 // the piece's count and users straight from the bytes (its users join
 // the set's unsorted tail), so a scorer uniting one piece per
-// pre-aggregation flush allocates only for items new to t (decoding
-// every piece into its own map was most of the scorer's cost,
-// BENCHMARKS.md). The whole input is checked, and its HyperLogLogs
+// pre-aggregation flush allocates only for items new to t (uniting the
+// pieces, each decoded into a map of its own, was half of the scorer's
+// timer CPU in BENCHMARKS.md's profiles). The whole input is checked, and its HyperLogLogs
 // decoded, before anything is united: on a malformed input, or one with
 // a HyperLogLog of another precision than TallyPrecision, t is unchanged
 // and the error wraps ErrBadSketch. An item repeated in data (which no
