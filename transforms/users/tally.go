@@ -391,11 +391,11 @@ func (s *Sketch) Empty() bool { return s.empty() }
 // the set's unsorted tail), so a scorer uniting one piece per
 // pre-aggregation flush allocates only for items new to t (uniting the
 // pieces, each decoded into a map of its own, was half of the scorer's
-// timer CPU in BENCHMARKS.md's profiles). The whole input is checked, and its HyperLogLogs
-// decoded, before anything is united: on a malformed input, or one with
-// a HyperLogLog of another precision than TallyPrecision, t is unchanged
-// and the error wraps ErrBadSketch. An item repeated in data (which no
-// encoder here writes) is united twice.
+// timer CPU in BENCHMARKS.md's profiles). The whole input is checked,
+// and its HyperLogLogs decoded, before anything is united: on a malformed
+// input, or one with a HyperLogLog of another precision than
+// TallyPrecision, t is unchanged and the error wraps ErrBadSketch. An
+// item repeated in data (which no encoder here writes) is united twice.
 func (t *Tally) AbsorbBinary(data []byte) error {
 	if len(data) < len(tallyMagic)+2 || string(data[:len(tallyMagic)]) != tallyMagic || data[len(tallyMagic)] != tallyVersion {
 		// Not the current version (or not a tally): the general path.
@@ -474,9 +474,10 @@ func (b sketchBody) mergeSetInto(s *Sketch) {
 	}
 }
 
-// walkTally walks a version 2 tally, calling visit for Pairs (item nil)
-// and then for every item in order, and checks its framing: every length,
-// no trailing bytes, and with check each set's size and order too.
+// walkTally walks a version 2 tally, calling visit for Pairs (item nil;
+// an item's name is never nil, even when empty) and then for every item
+// in order, and checks its framing: every length, no trailing bytes, and
+// with check each set's size and order too.
 func walkTally(data []byte, check bool, visit func(item []byte, count uint64, body sketchBody) error) error {
 	r := data[len(tallyMagic)+1:]
 	if len(r) == 0 || r[0] < 4 || r[0] > 18 {

@@ -186,6 +186,11 @@ func FuzzUnmarshalTally(f *testing.F) {
 	f.Add(enc)
 	f.Add(appendV1(tl))
 	f.Fuzz(func(t *testing.T, data []byte) {
+		// AbsorbBinary never panics, and its errors wrap ErrBadSketch too
+		// (it may refuse what UnmarshalTally reads: another precision).
+		if err := NewTally().AbsorbBinary(data); err != nil && !errors.Is(err, ErrBadSketch) && !errors.Is(err, ErrPrecision) {
+			t.Fatalf("AbsorbBinary error %v does not wrap ErrBadSketch", err)
+		}
 		d, err := UnmarshalTally(data)
 		if err != nil {
 			if !errors.Is(err, ErrBadSketch) {
@@ -335,6 +340,17 @@ func TestTallyAbsorbBinary(t *testing.T) {
 	}
 	same := func(what string, got, want *Tally) { t.Helper(); sameTally(t, what, got, want) }
 	same("absorbed", absorbed, merged)
+	// An item named "" is an item, not the pairs.
+	unnamed := tallyOf(map[string][]string{"": {"u1", "u2"}})
+	enc0, err := unnamed.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := NewTally()
+	if err := got.AbsorbBinary(enc0); err != nil {
+		t.Fatal(err)
+	}
+	same("item named \"\"", got, unnamed)
 	if n := absorbed.Items["hot"].Users.Estimate(); n < 2850 || n > 3150 {
 		t.Errorf("hot: %d users, want about 3,000", n)
 	}
