@@ -46,66 +46,53 @@ func newTable[V any](maxEnts, maxBytes int) *table[V] {
 // is new and there is room. found reports whether the key was there; ok is
 // false when it was not and could not be added (v is then nil).
 func (t *table[V]) get(key []byte, h uint64) (v *V, found, ok bool) {
-	tag := h >> 32
-	for i := h & t.mask; ; i = (i + 1) & t.mask {
-		s := t.slots[i]
-		if s == 0 {
-			if len(t.ents) == t.max || len(t.keys)+len(key) > cap(t.keys) {
-				return nil, false, false
-			}
-			t.ents = append(t.ents, tableEntry[V]{off: uint32(len(t.keys)), n: uint32(len(key))})
-			t.keys = append(t.keys, key...)
-			t.slots[i] = tag<<32 | uint64(len(t.ents))
-			return &t.ents[len(t.ents)-1].val, false, true
-		}
-		if s>>32 != tag {
-			continue
-		}
-		e := &t.ents[uint32(s)-1]
-		if string(t.keys[e.off:e.off+e.n]) == string(key) {
-			return &e.val, true, true
-		}
-	}
+	return getKey(t, key, h)
 }
 
 // getString is get for a string key, without converting it.
 func (t *table[V]) getString(key string, h uint64) (v *V, found, ok bool) {
-	tag := h >> 32
-	for i := h & t.mask; ; i = (i + 1) & t.mask {
-		s := t.slots[i]
-		if s == 0 {
-			if len(t.ents) == t.max || len(t.keys)+len(key) > cap(t.keys) {
-				return nil, false, false
-			}
-			t.ents = append(t.ents, tableEntry[V]{off: uint32(len(t.keys)), n: uint32(len(key))})
-			t.keys = append(t.keys, key...)
-			t.slots[i] = tag<<32 | uint64(len(t.ents))
-			return &t.ents[len(t.ents)-1].val, false, true
-		}
-		if s>>32 != tag {
-			continue
-		}
-		e := &t.ents[uint32(s)-1]
-		if string(t.keys[e.off:e.off+e.n]) == key {
-			return &e.val, true, true
-		}
-	}
+	return getKey(t, key, h)
 }
 
 // lookup returns the value of key (hash h), or nil; it never adds.
 func (t *table[V]) lookup(key []byte, h uint64) *V {
+	if _, e := probe(t, key, h); e != nil {
+		return &e.val
+	}
+	return nil
+}
+
+// getKey is get and getString: one body for both key types (a method
+// cannot have type parameters of its own).
+func getKey[V any, K ~string | ~[]byte](t *table[V], key K, h uint64) (v *V, found, ok bool) {
+	i, e := probe(t, key, h)
+	if e != nil {
+		return &e.val, true, true
+	}
+	if len(t.ents) == t.max || len(t.keys)+len(key) > cap(t.keys) {
+		return nil, false, false
+	}
+	t.ents = append(t.ents, tableEntry[V]{off: uint32(len(t.keys)), n: uint32(len(key))})
+	t.keys = append(t.keys, key...)
+	t.slots[i] = h>>32<<32 | uint64(len(t.ents))
+	return &t.ents[len(t.ents)-1].val, false, true
+}
+
+// probe finds key (hash h) by linear probing: its entry, or nil and the
+// empty slot where it would go.
+func probe[V any, K ~string | ~[]byte](t *table[V], key K, h uint64) (slot uint64, e *tableEntry[V]) {
 	tag := h >> 32
 	for i := h & t.mask; ; i = (i + 1) & t.mask {
 		s := t.slots[i]
 		if s == 0 {
-			return nil
+			return i, nil
 		}
 		if s>>32 != tag {
 			continue
 		}
 		e := &t.ents[uint32(s)-1]
 		if string(t.keys[e.off:e.off+e.n]) == string(key) {
-			return &e.val
+			return i, e
 		}
 	}
 }
