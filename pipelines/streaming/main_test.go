@@ -98,11 +98,9 @@ func TestTrendAndRecoveryFlags(t *testing.T) {
 	}
 }
 
-// --memory_limit_mb: a positive value is the limit, -1 none, and 0 (the
-// default) 75% of the memory the process may use, which on any machine
-// that runs this test is more than the former fixed 2,560 MiB default
-// would have been below (a limit under the live heap makes the collector
-// run back to back). GOMEMLIMIT, when set, wins.
+// --memory_limit_mb: a positive value is the limit in MiB, -1 none, and 0
+// (the default) 75% of the memory the process may use (here: a limit is
+// set, and it is at least 512 MiB). GOMEMLIMIT, when set, wins.
 func TestMemoryLimit(t *testing.T) {
 	t.Setenv("GOMEMLIMIT", "") // set to empty: setMemoryLimit must not treat it as set
 	os.Unsetenv("GOMEMLIMIT")

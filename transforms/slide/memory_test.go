@@ -12,8 +12,8 @@ import (
 // TestStateMemoryFull: the memory of one (list, partition) whose every
 // bucket is full (N distinct items, each bucket's items mostly new, as a
 // busy list over a long tail is) stops growing once the 1h window is
-// full: its largest live heap over the third hour is no more than over
-// the second (within a cycle it rises and falls as the 1h window's
+// full: its largest live heap over the third hour is at most 10% above
+// the second's (within an hour it rises and falls as the 1h window's
 // two-stacks flip), and the figure per (list, partition) is logged
 // (BENCHMARKS.md: the job's heap is about lists x partitions x this).
 func TestStateMemoryFull(t *testing.T) {
@@ -48,7 +48,9 @@ func TestStateMemoryFull(t *testing.T) {
 		}
 		if k%6 == 5 && k >= 360 { // once a minute from the second hour
 			h := k / 360
-			peak[h] = max(peak[h], memtest.LiveHeap()-before)
+			if live := memtest.LiveHeap(); live > before {
+				peak[h] = max(peak[h], live-before)
+			}
 		}
 	}
 	t.Logf("one (list, partition), every bucket full (N = %d): largest live heap %.1f MB in the second hour, %.1f MB in the third", n, float64(peak[1])/1e6, float64(peak[2])/1e6)
