@@ -394,8 +394,10 @@ func (s *Sketch) Empty() bool { return s.empty() }
 // timer CPU in BENCHMARKS.md's profiles). The whole input is checked,
 // and its HyperLogLogs decoded, before anything is united: on a malformed
 // input, or one with a HyperLogLog of another precision than
-// TallyPrecision, t is unchanged and the error wraps ErrBadSketch. An
-// item repeated in data (which no encoder here writes) is united twice.
+// TallyPrecision, t is unchanged and the error wraps ErrBadSketch. (A t
+// holding a dense sketch of another precision, which only a version 1
+// tally can give it, may still fail half-way with ErrPrecision.) An item
+// repeated in data (which no encoder here writes) is united twice.
 func (t *Tally) AbsorbBinary(data []byte) error {
 	if len(data) < len(tallyMagic)+2 || string(data[:len(tallyMagic)]) != tallyMagic || data[len(tallyMagic)] != tallyVersion {
 		// Not the current version (or not a tally): the general path.
