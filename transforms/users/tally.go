@@ -223,64 +223,59 @@ func UnmarshalTally(data []byte) (*Tally, error) {
 	if len(data) < len(tallyMagic)+1 || string(data[:len(tallyMagic)]) != tallyMagic {
 		return nil, fmt.Errorf("%w: no %q header", ErrBadSketch, tallyMagic)
 	}
-	v := data[len(tallyMagic)]
-	if v != 1 && v != tallyVersion {
+	switch v := data[len(tallyMagic)]; v {
+	case 1:
+		return unmarshalTallyV1(data[len(tallyMagic)+1:])
+	case tallyVersion:
+	default:
 		return nil, fmt.Errorf("%w: tally version %d, want %d", ErrBadSketch, v, tallyVersion)
 	}
-	r := data[len(tallyMagic)+1:]
-	var p uint8
-	if v == tallyVersion {
-		if len(r) == 0 || r[0] < 4 || r[0] > 18 {
-			return nil, fmt.Errorf("%w: tally: bad precision", ErrBadSketch)
-		}
-		p, r = r[0], r[1:]
-	}
-	next := func(what string) ([]byte, error) {
-		n, k := binary.Uvarint(r)
-		if k <= 0 || n > uint64(len(r)-k) {
-			return nil, fmt.Errorf("%w: tally: bad %s length", ErrBadSketch, what)
-		}
-		b := r[k : k+int(n)]
-		r = r[k+int(n):]
-		return b, nil
-	}
-	// sketch decodes the next sketch into s.
-	sketch := func(s *Sketch, what string) error {
-		if v == 1 {
-			if len(r) < 4 || uint64(binary.BigEndian.Uint32(r)) > uint64(len(r)-4) {
-				return fmt.Errorf("%w: tally: bad %s length", ErrBadSketch, what)
-			}
-			n := int(binary.BigEndian.Uint32(r))
-			b := r[4 : 4+n]
-			r = r[4+n:]
-			return s.UnmarshalBinary(b)
-		}
-		h, k := binary.Uvarint(r)
-		if k <= 0 {
-			return fmt.Errorf("%w: tally: bad %s", ErrBadSketch, what)
-		}
-		r = r[k:]
-		var err error
-		switch n := h >> 1; {
-		case h == 0:
-			*s = Sketch{p: p}
-		case h&1 == 1:
-			if n > uint64(len(r)) {
-				return fmt.Errorf("%w: tally: bad %s length", ErrBadSketch, what)
-			}
-			*s, err = readHLL(r[:n])
-			r = r[n:]
-		default:
-			if n > uint64(setMax(p)) || 4*n > uint64(len(r)) {
-				return fmt.Errorf("%w: tally: bad %s length", ErrBadSketch, what)
-			}
-			*s, err = readSet(r[:4*n], p)
-			r = r[4*n:]
-		}
+	t := NewTally()
+	err := walkTally(data, true, func(item []byte, count uint64, b sketchBody) error {
+		s, err := b.sketch()
 		if err != nil {
-			return fmt.Errorf("tally: %s: %w", what, err)
+			return err
 		}
+		if item == nil {
+			t.Pairs = s
+			return nil
+		}
+		if _, dup := t.Items[string(item)]; dup {
+			return fmt.Errorf("%w: tally: item %q twice", ErrBadSketch, item)
+		}
+		t.Items[string(item)] = &TallyEntry{Count: count, Users: s}
 		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// sketch decodes the body into a sketch of its own (empty: of the
+// tally's precision).
+func (b sketchBody) sketch() (Sketch, error) {
+	switch {
+	case b.hll != nil:
+		return readHLL(b.hll)
+	case len(b.set) > 0:
+		return readSet(b.set, b.p)
+	}
+	return Sketch{p: b.p}, nil
+}
+
+// unmarshalTallyV1 decodes a version 1 tally's body (after its header):
+// each sketch framed by a 4-byte big-endian length around the Sketch
+// binary format.
+func unmarshalTallyV1(r []byte) (*Tally, error) {
+	sketch := func(s *Sketch, what string) error {
+		if len(r) < 4 || uint64(binary.BigEndian.Uint32(r)) > uint64(len(r)-4) {
+			return fmt.Errorf("%w: tally: bad %s length", ErrBadSketch, what)
+		}
+		n := int(binary.BigEndian.Uint32(r))
+		b := r[4 : 4+n]
+		r = r[4+n:]
+		return s.UnmarshalBinary(b)
 	}
 	t := NewTally()
 	if err := sketch(&t.Pairs, "pairs"); err != nil {
@@ -293,23 +288,25 @@ func UnmarshalTally(data []byte) (*Tally, error) {
 	r = r[k:]
 	t.Items = make(map[string]*TallyEntry, n)
 	for range n {
-		name, err := next("item")
-		if err != nil {
-			return nil, err
+		l, k := binary.Uvarint(r)
+		if k <= 0 || l > uint64(len(r)-k) {
+			return nil, fmt.Errorf("%w: tally: bad item length", ErrBadSketch)
 		}
+		name := string(r[k : k+int(l)])
+		r = r[k+int(l):]
 		c, k := binary.Uvarint(r)
 		if k <= 0 {
 			return nil, fmt.Errorf("%w: tally: bad count", ErrBadSketch)
 		}
 		r = r[k:]
-		if _, dup := t.Items[string(name)]; dup {
+		if _, dup := t.Items[name]; dup {
 			return nil, fmt.Errorf("%w: tally: item %q twice", ErrBadSketch, name)
 		}
 		e := &TallyEntry{Count: c, Users: Sketch{p: TallyPrecision}}
 		if err := sketch(&e.Users, "users"); err != nil {
 			return nil, err
 		}
-		t.Items[string(name)] = e
+		t.Items[name] = e
 	}
 	if len(r) != 0 {
 		return nil, fmt.Errorf("%w: tally: %d trailing bytes", ErrBadSketch, len(r))
