@@ -69,12 +69,24 @@
 // each partition's UsersTop biggest items (ApplyWithUsers). The pairs are
 // bounded by Config.MaxPairs per bundle (an early flush, as for keys);
 // the tallies feed the trend scorer (transforms/trend/trendbeam).
+//
+// A flush for MaxDistinct (the summaries' bound) keeps the pairs and
+// emits no tally: the tallies go out at the bundle's end or at MaxPairs,
+// one per (list, bucket) and bundle, with the biggest items of the
+// summaries flushed before (each one's count summed over them) as
+// candidates beside the counters' own. At 200k events/s and more, the
+// summaries flush several times a bundle (65,536 distinct keys go fast
+// over millions of items), and a tally per summary flush made each list
+// several times more tally pieces to encode, ship and unite, with the
+// same head items' users in each.
 package preagg
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -83,6 +95,7 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
 
 	"github.com/topk-dev/topk/internal/stagemetrics"
+	"github.com/topk-dev/topk/internal/topn"
 	"github.com/topk-dev/topk/schemas"
 	"github.com/topk-dev/topk/transforms/rules"
 	"github.com/topk-dev/topk/transforms/summary"
@@ -355,6 +368,13 @@ type preaggFn struct {
 	lastKey  groupKey
 	scopes   []string
 	buf      []byte
+
+	// freePairs holds emptied pair slices for reuse: a group lives for one
+	// flush, and growing its partitions' slices anew every bundle was 2 of
+	// the 44 CPU-s trending by users added to a 100k events/s run.
+	freePairs [][]pair
+	freeCap   int // the capacity of freePairs' slices, in pairs
+
 	// per-bundle metric deltas, added once in flush
 	nEvents, nBadB, nBadE, nLate int64
 }
@@ -368,6 +388,10 @@ type group struct {
 	key      groupKey
 	counters []*summary.Counter // by partition, nil until used
 	pairs    [][]pair           // by partition: counted (item, user) pairs, with UsersTop
+	// cands, by partition (nil until used): the biggest items of the
+	// summaries flushed since the last tally, by item hash, counts summed;
+	// at most 4 x UsersTop each (see stash).
+	cands []map[uint64]summary.Counted
 }
 
 // anonymous tells an event without an account (its user hash is its
@@ -474,12 +498,17 @@ func (fn *preaggFn) ProcessElement(ctx context.Context, et beam.EventTime, beaco
 				if g.pairs == nil {
 					g.pairs = make([][]pair, fn.Partitions)
 				}
+				if g.pairs[p] == nil {
+					g.pairs[p] = fn.pairSlice()
+				}
 				g.pairs[p] = append(g.pairs[p], pair{h, uh})
 				fn.pairs++
 			}
 		}
-		if fn.distinct >= fn.MaxDistinct || fn.pairs >= fn.MaxPairs {
-			fn.flush(emit, tallies)
+		if fn.pairs >= fn.MaxPairs {
+			fn.flush(emit, tallies, true)
+		} else if fn.distinct >= fn.MaxDistinct {
+			fn.flush(emit, tallies, false)
 		}
 	}
 	if err := r.Err(); err != nil {
@@ -516,9 +545,35 @@ func (fn *preaggFn) counter() *summary.Counter {
 	return summary.NewCounter(fn.MaxDistinct)
 }
 
+// pairSlice returns an empty pair slice, reused when one is free.
+func (fn *preaggFn) pairSlice() []pair {
+	if n := len(fn.freePairs); n > 0 {
+		ps := fn.freePairs[n-1]
+		fn.freePairs = fn.freePairs[:n-1]
+		fn.freeCap -= cap(ps)
+		return ps
+	}
+	return make([]pair, 0, 64)
+}
+
+// freePairSlice keeps ps for reuse while the free slices' capacity stays
+// within 2 x MaxPairs (a bundle holds at most MaxPairs pairs before it
+// flushes, and a slice at most twice what it held); past that it is left
+// to the collector, so the pool is bounded however slices grow.
+func (fn *preaggFn) freePairSlice(ps []pair) {
+	if fn.freeCap+cap(ps) > 2*fn.MaxPairs {
+		return
+	}
+	fn.freePairs = append(fn.freePairs, ps[:0])
+	fn.freeCap += cap(ps)
+}
+
 // flush emits one summary set per (bucket, partition) holding a summary per
-// list with events there, and resets the map.
-func (fn *preaggFn) flush(emit, tallies func(beam.EventTime, string, []byte)) {
+// list with events there, and resets the counters. With withTallies it
+// also emits each (list, bucket)'s users tally and forgets the groups;
+// without, a group's pairs are kept for the next tally, and its counters'
+// biggest items with them as candidates (stash).
+func (fn *preaggFn) flush(emit, tallies func(beam.EventTime, string, []byte), withTallies bool) {
 	type out struct {
 		keys []string
 		sums []*summary.Summary
@@ -526,11 +581,10 @@ func (fn *preaggFn) flush(emit, tallies func(beam.EventTime, string, []byte)) {
 	outs := map[[2]int64]*out{}
 	for k, g := range fn.groups {
 		var t *users.TallyWriter // the group's users, over its partitions
+		keep := false            // pairs stay for a later tally
 		for p, c := range g.counters {
-			if c == nil {
-				continue
-			}
-			if c.Len() > 0 {
+			var top []summary.Counted
+			if c != nil && c.Len() > 0 {
 				ok := [2]int64{k.bucket, int64(p)}
 				o := outs[ok]
 				if o == nil {
@@ -540,6 +594,14 @@ func (fn *preaggFn) flush(emit, tallies func(beam.EventTime, string, []byte)) {
 				o.keys = append(o.keys, ListKey(k.typ, k.scope))
 				o.sums = append(o.sums, c.Summary(fn.cfg))
 				if g.pairs != nil && len(g.pairs[p]) > 0 {
+					top = c.Top(fn.UsersTop)
+				}
+			}
+			if g.pairs != nil && len(g.pairs[p]) > 0 {
+				if !withTallies {
+					fn.stash(g, p, top)
+					keep = true
+				} else {
 					if t == nil {
 						if fn.tw == nil {
 							fn.tw = users.NewTallyWriter()
@@ -547,14 +609,23 @@ func (fn *preaggFn) flush(emit, tallies func(beam.EventTime, string, []byte)) {
 						t = fn.tw
 						t.Reset()
 					}
-					fn.addTally(t, c, g.pairs[p])
+					fn.addTally(t, fn.tallyTop(g, p, top), g.pairs[p])
 				}
 			}
-			if g.pairs != nil {
-				g.pairs[p] = g.pairs[p][:0]
+			if withTallies {
+				if g.pairs != nil && g.pairs[p] != nil {
+					fn.freePairSlice(g.pairs[p])
+					g.pairs[p] = nil
+				}
+				if g.cands != nil {
+					g.cands[p] = nil
+				}
 			}
-			c.Reset()
-			fn.free = append(fn.free, c)
+			if c != nil {
+				c.Reset()
+				fn.free = append(fn.free, c)
+				g.counters[p] = nil
+			}
 		}
 		if t != nil {
 			b, err := t.AppendBinary(nil)
@@ -563,7 +634,9 @@ func (fn *preaggFn) flush(emit, tallies func(beam.EventTime, string, []byte)) {
 			}
 			tallies(beam.EventTime(k.bucket), ListKey(k.typ, k.scope), b)
 		}
-		delete(fn.groups, k)
+		if !keep {
+			delete(fn.groups, k)
+		}
 	}
 	for k, o := range outs {
 		var err error
@@ -575,18 +648,90 @@ func (fn *preaggFn) flush(emit, tallies func(beam.EventTime, string, []byte)) {
 	}
 	fn.last = nil
 	fn.distinct = 0
-	fn.pairs = 0
+	if withTallies {
+		fn.pairs = 0
+	}
+}
+
+// stash keeps top (a counter's biggest items, valid until it is reset)
+// as candidates for partition p's next tally, adding to the counts of
+// those already kept. Past 4 x UsersTop candidates it keeps the 2 x
+// UsersTop biggest, so a bundle of many summary flushes holds a bounded
+// number.
+func (fn *preaggFn) stash(g *group, p int, top []summary.Counted) {
+	if len(top) == 0 {
+		return
+	}
+	if g.cands == nil {
+		g.cands = make([]map[uint64]summary.Counted, fn.Partitions)
+	}
+	m := g.cands[p]
+	if m == nil {
+		m = make(map[uint64]summary.Counted, len(top))
+		g.cands[p] = m
+	}
+	for _, it := range top {
+		if c, ok := m[it.Hash]; ok {
+			c.Count += it.Count
+			m[it.Hash] = c
+		} else {
+			m[it.Hash] = summary.Counted{Item: strings.Clone(it.Item), Hash: it.Hash, Count: it.Count}
+		}
+	}
+	if len(m) > 4*fn.UsersTop {
+		all := make([]summary.Counted, 0, len(m))
+		for _, c := range m {
+			all = append(all, c)
+		}
+		for _, c := range rankCounted(all, 2*fn.UsersTop)[2*fn.UsersTop:] {
+			delete(m, c.Hash)
+		}
+	}
+}
+
+// tallyTop returns partition p's UsersTop biggest items for its tally: the
+// candidates stashed from earlier summary flushes and the current
+// counter's top (nil if it has none), counts added where they meet.
+func (fn *preaggFn) tallyTop(g *group, p int, top []summary.Counted) []summary.Counted {
+	if g.cands == nil || len(g.cands[p]) == 0 {
+		return top
+	}
+	m := g.cands[p]
+	all := make([]summary.Counted, 0, len(top)+len(m))
+	for _, it := range top {
+		if c, ok := m[it.Hash]; ok {
+			it.Count += c.Count
+		}
+		all = append(all, it)
+	}
+	for h, c := range m {
+		if !slices.ContainsFunc(top, func(it summary.Counted) bool { return it.Hash == h }) {
+			all = append(all, c)
+		}
+	}
+	return rankCounted(all, fn.UsersTop)[:min(fn.UsersTop, len(all))]
+}
+
+// rankCounted puts the n biggest of all first (by count, then hash: the
+// order of summary.Counter.Top) and returns all.
+func rankCounted(all []summary.Counted, n int) []summary.Counted {
+	topn.Select(all, n, func(a, b summary.Counted) int {
+		if a.Count != b.Count {
+			return cmp.Compare(b.Count, a.Count)
+		}
+		return cmp.Compare(a.Hash, b.Hash)
+	})
+	return all
 }
 
 // addTally adds one partition's users to its (list, bucket)'s tally t:
-// every pair into Pairs, and the users of the UsersTop biggest items of c
-// (a partition's items are its own, so the partitions' entries never
-// meet, and each item is added to t once). One pass over ps in arrival
-// order: sketches ignore repeats, so the pairs need no sorting or dedupe
-// (sorting and searching them was about half of this function's time in
-// BenchmarkPreagg/all+users).
-func (fn *preaggFn) addTally(t *users.TallyWriter, c *summary.Counter, ps []pair) {
-	top := c.Top(fn.UsersTop)
+// every pair into Pairs, and the users of top, the partition's UsersTop
+// biggest items (a partition's items are its own, so the partitions'
+// entries never meet, and each item is added to t once). One pass over
+// ps in arrival order: sketches ignore repeats, so the pairs need no
+// sorting or dedupe (sorting and searching them was about half of this
+// function's time in BenchmarkPreagg/all+users).
+func (fn *preaggFn) addTally(t *users.TallyWriter, top []summary.Counted, ps []pair) {
 	if fn.tops == nil {
 		fn.tops = make(map[uint64]int, fn.UsersTop)
 	}
@@ -615,7 +760,7 @@ func (fn *preaggFn) addTally(t *users.TallyWriter, c *summary.Counter, ps []pair
 }
 
 func (fn *preaggFn) FinishBundle(ctx context.Context, emit, tallies func(beam.EventTime, string, []byte), _ func(schemas.DeadLetter)) {
-	fn.flush(emit, tallies)
+	fn.flush(emit, tallies, true)
 	flushes.Inc(ctx, 1)
 	eventsCounter.Inc(ctx, fn.nEvents)
 	badBeacons.Inc(ctx, fn.nBadB)

@@ -286,16 +286,16 @@ func BenchmarkPreagg(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				k := i % len(beacons)
 				if k == 0 && i > 0 {
-					h.fn.flush(nopEmit, nopEmit)
+					h.fn.flush(nopEmit, nopEmit, true)
 					b.StopTimer()
 					h = newHarness(b, cfg)
 					b.StartTimer()
 				} else if k > 0 && k%flushEvery == 0 {
-					h.fn.flush(nopEmit, nopEmit)
+					h.fn.flush(nopEmit, nopEmit, true)
 				}
 				h.fn.ProcessElement(ctx, at, beacons[k], nopEmit, nopEmit, nopDead)
 			}
-			h.fn.flush(nopEmit, nopEmit)
+			h.fn.flush(nopEmit, nopEmit, true)
 			b.StopTimer()
 			if h.fn.filter != nil {
 				st = h.fn.filter.TakeStats()

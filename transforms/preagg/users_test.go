@@ -151,3 +151,120 @@ func TestUsersMemoryFlatUnderSpam(t *testing.T) {
 		t.Errorf("largest tally %d items, want 1..%d (64 per partition)", most, 64*cfg.Partitions)
 	}
 }
+
+// Property: the pair slices kept for reuse between flushes stay within 2
+// x MaxPairs of capacity however the bundles' lists and sizes vary (a
+// slice grown by a big list is not kept forever by every small one).
+func TestPairPoolBounded(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.UsersTop = 4
+	cfg.MaxPairs = 2000
+	h := newHarness(t, cfg)
+	k := 0
+	for round := range 40 {
+		// Bundles alternate between a few busy lists and many quiet ones.
+		lists := 3
+		if round%2 == 1 {
+			lists = 300
+		}
+		batch := make([]schemas.Event, 0, 500)
+		for i := range 1500 {
+			e := ev(fmt.Sprint("e", k), fmt.Sprint("v", i%97), fmt.Sprint("u", k), t0.Add(time.Duration(k%50_000)*time.Millisecond))
+			e.Type = fmt.Sprint("t", i%lists)
+			k++
+			batch = append(batch, e)
+			if len(batch) == cap(batch) {
+				b, err := schemas.MarshalBeacon(&schemas.Beacon{BeaconID: fmt.Sprint("b", k), Events: batch})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := h.fn.ProcessElement(context.Background(), mtime.FromTime(t0.Add(time.Minute)), b, nopEmit, nopEmit, nopDead); err != nil {
+					t.Fatal(err)
+				}
+				batch = batch[:0]
+			}
+		}
+		h.fn.FinishBundle(context.Background(), nopEmit, nopEmit, nopDead)
+		held := 0
+		for _, ps := range h.fn.freePairs {
+			held += cap(ps)
+		}
+		if held != h.fn.freeCap || held > 2*cfg.MaxPairs {
+			t.Fatalf("round %d: free pair slices hold %d pairs (tracked %d), want <= %d", round, held, h.fn.freeCap, 2*cfg.MaxPairs)
+		}
+	}
+	if len(h.fn.freePairs) == 0 {
+		t.Fatal("no pair slice kept for reuse")
+	}
+}
+
+// Property: summary flushes for MaxDistinct in the middle of a bundle do
+// not split its users tally: one tally per (list, bucket) and bundle,
+// whose biggest items carry every user they had in the bundle and their
+// events summed over the flushes; the summaries still count every event.
+func TestTalliesAcrossSummaryFlushes(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.UsersTop = 2
+	cfg.MaxDistinct = 16 // a summary flush every few beacons
+	h := newHarness(t, cfg)
+	n := 0
+	tally := func(et beam.EventTime, list string, b []byte) {
+		n++
+		h.tally(et, list, b)
+	}
+	var events []schemas.Event
+	for i := range 300 {
+		at := t0.Add(time.Duration(i) * 10 * time.Millisecond) // one 10 s bucket
+		events = append(events, ev(fmt.Sprint("h", i), "hot", fmt.Sprint("u", i%100), at))
+		if i%3 == 0 {
+			events = append(events, ev(fmt.Sprint("w", i), "warm", fmt.Sprint("w", (i/3)%30), at))
+		}
+		events = append(events, ev(fmt.Sprint("t", i), fmt.Sprint("tail", i), fmt.Sprint("t", i), at))
+	}
+	for i := 0; i < len(events); i += 20 {
+		j := min(i+20, len(events))
+		b, err := schemas.MarshalBeacon(&schemas.Beacon{BeaconID: fmt.Sprint("b", i), Events: events[i:j]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.fn.ProcessElement(context.Background(), mtime.FromTime(events[j-1].TS), b, h.emit, tally, nopDead); err != nil {
+			t.Fatal(err)
+		}
+		for _, g := range h.fn.groups {
+			for p, m := range g.cands {
+				if len(m) > 4*cfg.UsersTop {
+					t.Fatalf("partition %d holds %d candidates, want <= %d", p, len(m), 4*cfg.UsersTop)
+				}
+			}
+		}
+	}
+	if n != 0 {
+		t.Fatalf("%d tallies before the bundle ended, want 0 (pairs stay until the bundle's end)", n)
+	}
+	h.fn.FinishBundle(context.Background(), h.emit, tally, nopDead)
+	if n != 1 {
+		t.Fatalf("%d tallies for one list and bucket, want 1", n)
+	}
+	tl := h.tallies["video/global"]
+	for _, c := range []struct {
+		item          string
+		users, events uint64
+	}{{"hot", 100, 300}, {"warm", 30, 100}} {
+		e := tl.Items[c.item]
+		if e == nil {
+			t.Fatalf("%s not in the tally (%d items)", c.item, len(tl.Items))
+		}
+		if got := e.Users.Estimate(); got != c.users {
+			t.Errorf("%s: %d users, want %d", c.item, got, c.users)
+		}
+		if e.Count != c.events {
+			t.Errorf("%s: count %d, want %d (summed over the summary flushes)", c.item, e.Count, c.events)
+		}
+		if got := h.counts["video/global/"+c.item]; got != c.events {
+			t.Errorf("%s: summaries counted %d, want %d", c.item, got, c.events)
+		}
+	}
+	if got := tl.Pairs.Estimate(); got < 420 || got > 440 {
+		t.Errorf("pairs %d, want 430 (100 + 30 + 300) within the sketch's error", got)
+	}
+}

@@ -261,14 +261,14 @@ type scoreFn struct {
 	// Pieces holds the tallies arrived since Tallies was last brought up
 	// to date (8 bytes of bucket start, then the tally): an arriving
 	// tally is appended, not united into its pane, so a pane's tally is
-	// decoded, united and encoded once per timer (or per maxPieces
-	// arrivals), not once per pre-aggregation flush.
+	// decoded, united and encoded once per timer (or per maxPieceBytes
+	// or maxPieces arrived), not once per pre-aggregation flush.
 	Pieces state.Bag[[]byte]
 	Tick   timers.EventTime
 
-	// added counts, per list, the pieces this instance appended since it
+	// added is, per list, what this instance appended to Pieces since it
 	// last united that list's: see addTally.
-	added map[string]int
+	added map[string]added
 	st    *store.Store
 	hist  trend.History
 }
@@ -431,22 +431,34 @@ func (fn *scoreFn) OnTimer(ctx context.Context, sp state.Provider, tp timers.Pro
 
 var window5m = schemas.Window5m.Length().Milliseconds()
 
-// maxPieces bounds the tallies Pieces holds: at that many, the next
-// arrival brings Tallies up to date at once, so the state stays bounded
-// while the watermark (and so the timer) does not move.
-const maxPieces = 64
+// maxPieceBytes and maxPieces bound the tallies Pieces holds: at that
+// many bytes or pieces, the next arrival brings Tallies up to date at
+// once, so the state stays bounded while the watermark (and so the timer)
+// does not move. Bytes, because uniting is a pane's read, decode, trim,
+// encode and write whatever the pieces: a bound of 64 pieces made a busy
+// list (a global list at 100k events/s: about 45 pieces, 4 MB a minute)
+// do that two or three times a minute instead of once at its score.
+// (Variables so that a test can lower them.)
+var (
+	maxPieceBytes = 16 << 20
+	maxPieces     = 1024
+)
+
+// added is what this instance appended to a list's Pieces since it last
+// united them.
+type added struct{ pieces, bytes int }
 
 // addTally appends a bucket's users tally (8 bytes of bucket start, then
 // the tally) to Pieces, uniting the pieces into Tallies when this
-// instance has appended maxPieces of the list's since it last united
-// them.
+// instance has appended maxPieceBytes or maxPieces of the list's since it
+// last united them.
 //
-// The count is the instance's, in memory, not state: a count in value
+// The tally is the instance's, in memory, not state: a count in value
 // state cost a read and a write (three state requests, each a round
 // trip to the runner) for every tally, as much as the append. Where a
 // list moves to another worker, a worker restarts or a bundle that united
-// the pieces is retried, the count restarts from zero while the state
-// does not, so Pieces may hold up to maxPieces more for each such event
+// the pieces is retried, the tally restarts from zero while the state
+// does not, so Pieces may hold up to the bound more for each such event
 // before the list is next scored: bounded, not exact.
 func (fn *scoreFn) addTally(ctx context.Context, sp state.Provider, key string, v []byte) (bucket int64, err error) {
 	if len(v) < 8 {
@@ -457,10 +469,13 @@ func (fn *scoreFn) addTally(ctx context.Context, sp state.Provider, key string, 
 		return 0, err
 	}
 	if fn.added == nil {
-		fn.added = map[string]int{}
+		fn.added = map[string]added{}
 	}
-	fn.added[key]++
-	if fn.added[key] >= maxPieces {
+	a := fn.added[key]
+	a.pieces++
+	a.bytes += len(v)
+	fn.added[key] = a
+	if a.pieces >= maxPieces || a.bytes >= maxPieceBytes {
 		_, err := fn.unitePieces(ctx, sp, key)
 		return bucket, err
 	}

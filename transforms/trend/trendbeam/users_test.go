@@ -85,7 +85,9 @@ func (fn *checkUsersFn) ProcessElement(key string, js []byte, emit func(string))
 // of the tallies' users would be up to 30 times that; and the item that starts at minute 20 with new
 // users every bucket trends.
 func TestTrendingByUsersOnPrism(t *testing.T) {
-	const pieces = 70 // tallies per bucket, > maxPieces
+	const pieces = 70 // tallies per bucket, > maxPieces below
+	defer func(n int) { maxPieces = n }(maxPieces)
+	maxPieces = 64
 	cfg := DefaultConfig()
 	cfg.Trend.Counts = schemas.CountsUsers
 	cfg.Trend.WarmUp = 10 * time.Minute
