@@ -374,6 +374,9 @@ type preaggFn struct {
 	// the 44 CPU-s trending by users added to a 100k events/s run.
 	freePairs [][]pair
 	freeCap   int // the capacity of freePairs' slices, in pairs
+	// topBuf is flush's scratch for a counter's top items (TopInto): at
+	// most a bundle's distinct keys.
+	topBuf []summary.Counted
 
 	// per-bundle metric deltas, added once in flush
 	nEvents, nBadB, nBadE, nLate int64
@@ -594,7 +597,8 @@ func (fn *preaggFn) flush(emit, tallies func(beam.EventTime, string, []byte), wi
 				o.keys = append(o.keys, ListKey(k.typ, k.scope))
 				o.sums = append(o.sums, c.Summary(fn.cfg))
 				if g.pairs != nil && len(g.pairs[p]) > 0 {
-					top = c.Top(fn.UsersTop)
+					fn.topBuf = c.TopInto(fn.topBuf, fn.UsersTop)
+					top = fn.topBuf
 				}
 			}
 			if g.pairs != nil && len(g.pairs[p]) > 0 {

@@ -2,6 +2,7 @@ package summary
 
 import (
 	"cmp"
+	"slices"
 	"unsafe"
 
 	"github.com/topk-dev/topk/internal/topn"
@@ -134,8 +135,15 @@ type Counted struct {
 
 // Top returns the n items with the largest counts (ties: the smaller
 // hash), in no particular order. The items are valid until c changes.
-func (c *Counter) Top(n int) []Counted {
-	all := make([]Counted, 0, c.n)
+func (c *Counter) Top(n int) []Counted { return c.TopInto(nil, n) }
+
+// TopInto is Top in buf's memory: buf's contents are overwritten (it is
+// scratch for all of c's items, grown if short) and the result shares
+// its array. A caller that takes the top of many counters reuses one
+// buffer instead of allocating one the size of each counter (the users
+// tallies' pre-aggregation, per partition and flush).
+func (c *Counter) TopInto(buf []Counted, n int) []Counted {
+	all := slices.Grow(buf[:0], c.n)
 	c.Each(func(item string, h, count uint64) { all = append(all, Counted{item, h, count}) })
 	topn.Select(all, n, func(a, b Counted) int {
 		if a.Count != b.Count {

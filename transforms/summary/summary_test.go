@@ -2,6 +2,10 @@ package summary
 
 import (
 	"bytes"
+	"cmp"
+	"fmt"
+	"math/rand/v2"
+	"slices"
 	"strconv"
 	"testing"
 )
@@ -254,5 +258,49 @@ func TestMergerEqualsMergeEvents(t *testing.T) {
 	}
 	if !Equal(m.Result(), want) {
 		t.Fatal("Merger result differs from pairwise MergeEvents")
+	}
+}
+
+// Property: TopInto gives Top's items whatever its buffer held before,
+// and reuses the buffer when it is big enough; the items are the n
+// largest counts, ties by the smaller hash, as an exact sort says.
+func TestCounterTopInto(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	buf := make([]Counted, 5, 4096)
+	for i := range buf {
+		buf[i] = Counted{Item: "stale", Hash: uint64(i), Count: 1 << 40}
+	}
+	for round := range 20 {
+		c := NewCounter(1 << 12)
+		all := map[string]uint64{}
+		for range 1000 + 50*round {
+			it := fmt.Sprintf("i%d", rng.IntN(300))
+			c.Add(it, Hash(it), 1)
+			all[it]++
+		}
+		var want []Counted
+		for it, n := range all {
+			want = append(want, Counted{it, Hash(it), n})
+		}
+		slices.SortFunc(want, func(a, b Counted) int {
+			if a.Count != b.Count {
+				return cmp.Compare(b.Count, a.Count)
+			}
+			return cmp.Compare(a.Hash, b.Hash)
+		})
+		n := 1 + round*3
+		got := c.TopInto(buf, n)
+		if &got[0] != &buf[:1][0] {
+			t.Fatalf("round %d: TopInto did not reuse a buffer of capacity %d", round, cap(buf))
+		}
+		slices.SortFunc(got, func(a, b Counted) int {
+			if a.Count != b.Count {
+				return cmp.Compare(b.Count, a.Count)
+			}
+			return cmp.Compare(a.Hash, b.Hash)
+		})
+		if !slices.Equal(got, want[:n]) {
+			t.Fatalf("round %d: TopInto(%d) = %v, want %v", round, n, got, want[:n])
+		}
 	}
 }

@@ -177,7 +177,7 @@ func Trending(s beam.Scope, lists5m, tallies beam.PCollection, cfg Config) beam.
 	}
 	var g beam.PCollection
 	if cfg.Trend.Counts == schemas.CountsUsers {
-		// Each tally (one per list, bucket and pre-aggregation flush) is
+		// Each tally (one per list, bucket and pre-aggregation bundle) is
 		// appended to the list's state as it comes, and united into its
 		// pane's tally when the list is next scored. Uniting them first
 		// in a GroupByKey of the bucket windows saved a quarter of the
@@ -262,7 +262,7 @@ type scoreFn struct {
 	// to date (8 bytes of bucket start, then the tally): an arriving
 	// tally is appended, not united into its pane, so a pane's tally is
 	// decoded, united and encoded once per timer (or per maxPieceBytes
-	// or maxPieces arrived), not once per pre-aggregation flush.
+	// or maxPieces arrived), not once per pre-aggregation bundle.
 	Pieces state.Bag[[]byte]
 	Tick   timers.EventTime
 
