@@ -74,10 +74,10 @@
 // emits no tally: the tallies go out at the bundle's end or at MaxPairs,
 // one per (list, bucket) and bundle, with the biggest items of the
 // summaries flushed before (each one's count summed over them) as
-// candidates beside the counters' own. At 200k events/s and more, the
-// summaries flush several times a bundle (65,536 distinct keys go fast
-// over millions of items), and a tally per summary flush made each list
-// several times more tally pieces to encode, ship and unite, with the
+// candidates beside the counters' own. At 200k events/s and more over
+// millions of items the summaries can flush several times a bundle (at
+// MaxDistinct distinct keys), and a tally per summary flush gave each
+// list that many more tally pieces to encode, ship and unite, with the
 // same head items' users in each.
 package preagg
 
@@ -369,9 +369,10 @@ type preaggFn struct {
 	scopes   []string
 	buf      []byte
 
-	// freePairs holds emptied pair slices for reuse: a group lives for one
-	// flush, and growing its partitions' slices anew every bundle was 2 of
-	// the 44 CPU-s trending by users added to a 100k events/s run.
+	// freePairs holds emptied pair slices for reuse: a group lives until
+	// its tally is emitted (the bundle's end, or MaxPairs), and growing
+	// its partitions' slices anew every bundle was 2 of the 44 CPU-s
+	// trending by users added to a 100k events/s run.
 	freePairs [][]pair
 	freeCap   int // the capacity of freePairs' slices, in pairs
 	// topBuf is flush's scratch for a counter's top items (TopInto): at

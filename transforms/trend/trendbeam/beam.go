@@ -436,8 +436,10 @@ var window5m = schemas.Window5m.Length().Milliseconds()
 // once, so the state stays bounded while the watermark (and so the timer)
 // does not move. Bytes, because uniting is a pane's read, decode, trim,
 // encode and write whatever the pieces: a bound of 64 pieces made a busy
-// list (a global list at 100k events/s: about 45 pieces, 4 MB a minute)
-// do that two or three times a minute instead of once at its score.
+// list (a global list at 200k events/s got on the order of 200 pieces a minute
+// while the pre-aggregation sent a tally per summary flush; at 100k
+// about 45, 4 MB) do that three times a minute instead of once at its
+// score.
 // (Variables so that a test can lower them.)
 var (
 	maxPieceBytes = 16 << 20
@@ -453,11 +455,11 @@ type added struct{ pieces, bytes int }
 // instance has appended maxPieceBytes or maxPieces of the list's since it
 // last united them.
 //
-// The tally is the instance's, in memory, not state: a count in value
+// The counts are the instance's, in memory, not state: a count in value
 // state cost a read and a write (three state requests, each a round
 // trip to the runner) for every tally, as much as the append. Where a
 // list moves to another worker, a worker restarts or a bundle that united
-// the pieces is retried, the tally restarts from zero while the state
+// the pieces is retried, the counts restart from zero while the state
 // does not, so Pieces may hold up to the bound more for each such event
 // before the list is next scored: bounded, not exact.
 func (fn *scoreFn) addTally(ctx context.Context, sp state.Provider, key string, v []byte) (bucket int64, err error) {
