@@ -82,11 +82,9 @@
 package preagg
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -95,7 +93,6 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
 
 	"github.com/topk-dev/topk/internal/stagemetrics"
-	"github.com/topk-dev/topk/internal/topn"
 	"github.com/topk-dev/topk/schemas"
 	"github.com/topk-dev/topk/transforms/rules"
 	"github.com/topk-dev/topk/transforms/summary"
@@ -688,7 +685,8 @@ func (fn *preaggFn) stash(g *group, p int, top []summary.Counted) {
 		for _, c := range m {
 			all = append(all, c)
 		}
-		for _, c := range rankCounted(all, 2*fn.UsersTop)[2*fn.UsersTop:] {
+		keep := summary.SelectTop(all, 2*fn.UsersTop)
+		for _, c := range all[len(keep):] {
 			delete(m, c.Hash)
 		}
 	}
@@ -696,7 +694,8 @@ func (fn *preaggFn) stash(g *group, p int, top []summary.Counted) {
 
 // tallyTop returns partition p's UsersTop biggest items for its tally: the
 // candidates stashed from earlier summary flushes and the current
-// counter's top (nil if it has none), counts added where they meet.
+// counter's top (nil if it has none), counts added where they meet. It
+// uses the candidates up.
 func (fn *preaggFn) tallyTop(g *group, p int, top []summary.Counted) []summary.Counted {
 	if g.cands == nil || len(g.cands[p]) == 0 {
 		return top
@@ -706,27 +705,15 @@ func (fn *preaggFn) tallyTop(g *group, p int, top []summary.Counted) []summary.C
 	for _, it := range top {
 		if c, ok := m[it.Hash]; ok {
 			it.Count += c.Count
+			delete(m, it.Hash)
 		}
 		all = append(all, it)
 	}
-	for h, c := range m {
-		if !slices.ContainsFunc(top, func(it summary.Counted) bool { return it.Hash == h }) {
-			all = append(all, c)
-		}
+	for _, c := range m {
+		all = append(all, c)
 	}
-	return rankCounted(all, fn.UsersTop)[:min(fn.UsersTop, len(all))]
-}
-
-// rankCounted puts the n biggest of all first (by count, then hash: the
-// order of summary.Counter.Top) and returns all.
-func rankCounted(all []summary.Counted, n int) []summary.Counted {
-	topn.Select(all, n, func(a, b summary.Counted) int {
-		if a.Count != b.Count {
-			return cmp.Compare(b.Count, a.Count)
-		}
-		return cmp.Compare(a.Hash, b.Hash)
-	})
-	return all
+	g.cands[p] = nil
+	return summary.SelectTop(all, fn.UsersTop)
 }
 
 // addTally adds one partition's users to its (list, bucket)'s tally t:

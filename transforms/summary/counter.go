@@ -145,12 +145,23 @@ func (c *Counter) Top(n int) []Counted { return c.TopInto(nil, n) }
 func (c *Counter) TopInto(buf []Counted, n int) []Counted {
 	all := slices.Grow(buf[:0], c.n)
 	c.Each(func(item string, h, count uint64) { all = append(all, Counted{item, h, count}) })
-	topn.Select(all, n, func(a, b Counted) int {
-		if a.Count != b.Count {
-			return cmp.Compare(b.Count, a.Count)
-		}
-		return cmp.Compare(a.Hash, b.Hash)
-	})
+	return SelectTop(all, n)
+}
+
+// CompareCounted orders Counted items biggest first: by count, larger
+// first, then by the smaller hash.
+func CompareCounted(a, b Counted) int {
+	if a.Count != b.Count {
+		return cmp.Compare(b.Count, a.Count)
+	}
+	return cmp.Compare(a.Hash, b.Hash)
+}
+
+// SelectTop moves the n biggest of all (CompareCounted) to its front, in
+// no particular order, and returns them: all[:min(n, len(all))]. The
+// rest of all keeps the others.
+func SelectTop(all []Counted, n int) []Counted {
+	topn.Select(all, n, CompareCounted)
 	return all[:max(0, min(n, len(all)))]
 }
 

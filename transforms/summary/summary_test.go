@@ -282,23 +282,20 @@ func TestCounterTopInto(t *testing.T) {
 		for it, n := range all {
 			want = append(want, Counted{it, Hash(it), n})
 		}
-		slices.SortFunc(want, func(a, b Counted) int {
+		// The expected order, written out (not CompareCounted).
+		byRank := func(a, b Counted) int {
 			if a.Count != b.Count {
 				return cmp.Compare(b.Count, a.Count)
 			}
 			return cmp.Compare(a.Hash, b.Hash)
-		})
+		}
+		slices.SortFunc(want, byRank)
 		n := 1 + round*3
 		got := c.TopInto(buf, n)
 		if &got[0] != &buf[:1][0] {
 			t.Fatalf("round %d: TopInto did not reuse a buffer of capacity %d", round, cap(buf))
 		}
-		slices.SortFunc(got, func(a, b Counted) int {
-			if a.Count != b.Count {
-				return cmp.Compare(b.Count, a.Count)
-			}
-			return cmp.Compare(a.Hash, b.Hash)
-		})
+		slices.SortFunc(got, byRank)
 		if !slices.Equal(got, want[:n]) {
 			t.Fatalf("round %d: TopInto(%d) = %v, want %v", round, n, got, want[:n])
 		}
