@@ -509,7 +509,14 @@ func (fn *preaggFn) ProcessElement(ctx context.Context, et beam.EventTime, beaco
 		if fn.pairs >= fn.MaxPairs {
 			fn.flush(emit, tallies, true)
 		} else if fn.distinct >= fn.MaxDistinct {
-			fn.flush(emit, tallies, false)
+			// The groups kept for their tally are bounded as keys are: a
+			// flood of distinct scopes (a region is checked for its form
+			// only) or buckets makes a group per event, and keeping them
+			// all until MaxPairs would hold up to MaxPairs groups. Past
+			// MaxDistinct/2 groups the tallies go out now, as they did at
+			// every summary flush before tallies were per bundle; a
+			// normal bundle has a few hundred (lists x buckets).
+			fn.flush(emit, tallies, len(fn.groups) > fn.MaxDistinct/2)
 		}
 	}
 	if err := r.Err(); err != nil {
@@ -546,7 +553,8 @@ func (fn *preaggFn) counter() *summary.Counter {
 	return summary.NewCounter(fn.MaxDistinct)
 }
 
-// pairSlice returns an empty pair slice, reused when one is free.
+// pairSlice returns an empty pair slice, reused when one is free, else
+// nil (append allocates as it goes: a group of one pair stays small).
 func (fn *preaggFn) pairSlice() []pair {
 	if n := len(fn.freePairs); n > 0 {
 		ps := fn.freePairs[n-1]
@@ -554,7 +562,7 @@ func (fn *preaggFn) pairSlice() []pair {
 		fn.freeCap -= cap(ps)
 		return ps
 	}
-	return make([]pair, 0, 64)
+	return nil
 }
 
 // freePairSlice keeps ps for reuse while the free slices' capacity stays

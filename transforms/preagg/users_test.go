@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -266,5 +267,46 @@ func TestTalliesAcrossSummaryFlushes(t *testing.T) {
 	}
 	if got := tl.Pairs.Estimate(); got < 420 || got > 440 {
 		t.Errorf("pairs %d, want 430 (100 + 30 + 300) within the sketch's error", got)
+	}
+}
+
+// Property: a flood of distinct scopes (regions are checked for their
+// form only) does not make the groups held between tallies grow with the
+// flood: each new region is a group of its own with one pair, and
+// keeping such groups for the bundle's tally would hold up to MaxPairs of
+// them. The groups stay within about MaxDistinct, as before tallies were
+// per bundle, and the tallies go out early instead.
+func TestScopeFloodBoundsGroups(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.UsersTop = 4
+	cfg.Scopes = true
+	cfg.MaxDistinct = 256
+	h := newHarness(t, cfg)
+	most, tallies := 0, 0
+	tally := func(beam.EventTime, string, []byte) { tallies++ }
+	batch := make([]schemas.Event, 0, 50)
+	for k := range 20_000 {
+		e := ev(fmt.Sprint("e", k), fmt.Sprint("v", k%7), fmt.Sprint("u", k), t0.Add(time.Duration(k%9_000)*time.Millisecond))
+		e.Country, e.Region = "IN", "IN-"+strings.ToUpper(strconv.FormatInt(int64(k), 36))
+		batch = append(batch, e)
+		if len(batch) < cap(batch) {
+			continue
+		}
+		b, err := schemas.MarshalBeacon(&schemas.Beacon{BeaconID: fmt.Sprint("b", k), Events: batch})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.fn.ProcessElement(context.Background(), mtime.FromTime(t0.Add(time.Minute)), b, nopEmit, tally, nopDead); err != nil {
+			t.Fatal(err)
+		}
+		batch = batch[:0]
+		most = max(most, len(h.fn.groups))
+	}
+	t.Logf("at most %d groups held; %d tallies before the bundle's end", most, tallies)
+	if most > 2*cfg.MaxDistinct {
+		t.Errorf("%d groups held, want <= %d (2 x MaxDistinct)", most, 2*cfg.MaxDistinct)
+	}
+	if tallies == 0 {
+		t.Error("no tally before the bundle's end: the flood's groups were all held")
 	}
 }
