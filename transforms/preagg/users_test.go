@@ -175,13 +175,7 @@ func TestPairPoolBounded(t *testing.T) {
 			k++
 			batch = append(batch, e)
 			if len(batch) == cap(batch) {
-				b, err := schemas.MarshalBeacon(&schemas.Beacon{BeaconID: fmt.Sprint("b", k), Events: batch})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := h.fn.ProcessElement(context.Background(), mtime.FromTime(t0.Add(time.Minute)), b, nopEmit, nopEmit, nopDead); err != nil {
-					t.Fatal(err)
-				}
+				sendBeacon(t, h.fn, t0.Add(time.Minute), batch, nopEmit, nopEmit)
 				batch = batch[:0]
 			}
 		}
@@ -224,13 +218,7 @@ func TestTalliesAcrossSummaryFlushes(t *testing.T) {
 	}
 	for i := 0; i < len(events); i += 20 {
 		j := min(i+20, len(events))
-		b, err := schemas.MarshalBeacon(&schemas.Beacon{BeaconID: fmt.Sprint("b", i), Events: events[i:j]})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := h.fn.ProcessElement(context.Background(), mtime.FromTime(events[j-1].TS), b, h.emit, tally, nopDead); err != nil {
-			t.Fatal(err)
-		}
+		sendBeacon(t, h.fn, events[j-1].TS, events[i:j], h.emit, tally)
 		for _, g := range h.fn.groups {
 			for p, m := range g.cands {
 				if len(m) > 4*cfg.UsersTop {
@@ -292,13 +280,7 @@ func TestScopeFloodBoundsGroups(t *testing.T) {
 		if len(batch) < cap(batch) {
 			continue
 		}
-		b, err := schemas.MarshalBeacon(&schemas.Beacon{BeaconID: fmt.Sprint("b", k), Events: batch})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := h.fn.ProcessElement(context.Background(), mtime.FromTime(t0.Add(time.Minute)), b, nopEmit, tally, nopDead); err != nil {
-			t.Fatal(err)
-		}
+		sendBeacon(t, h.fn, t0.Add(time.Minute), batch, nopEmit, tally)
 		batch = batch[:0]
 		most = max(most, len(h.fn.groups))
 	}
@@ -308,5 +290,18 @@ func TestScopeFloodBoundsGroups(t *testing.T) {
 	}
 	if tallies == 0 {
 		t.Error("no tally before the bundle's end: the flood's groups were all held")
+	}
+}
+
+// sendBeacon processes events as one beacon at element time at, the
+// summary sets to emit and the tallies to tally.
+func sendBeacon(t testing.TB, fn *preaggFn, at time.Time, events []schemas.Event, emit, tally func(beam.EventTime, string, []byte)) {
+	t.Helper()
+	b, err := schemas.MarshalBeacon(&schemas.Beacon{BeaconID: "b", Events: events})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fn.ProcessElement(context.Background(), mtime.FromTime(at), b, emit, tally, nopDead); err != nil {
+		t.Fatal(err)
 	}
 }
