@@ -30,6 +30,7 @@ import (
 	"github.com/topk-dev/topk/transforms/slide"
 	"github.com/topk-dev/topk/transforms/source"
 	"github.com/topk-dev/topk/transforms/stitch"
+	"github.com/topk-dev/topk/transforms/summary"
 	"github.com/topk-dev/topk/transforms/trend/trendbeam"
 )
 
@@ -63,6 +64,23 @@ type Config struct {
 	// Trend configures the trending step (its Store is set from Exact when
 	// Long is on: older history from the exact tables).
 	Trend trendbeam.Config
+	// MinuteN is the number of entries per (list, partition) a closed
+	// minute keeps, and so the 1h window's aggregates over those minutes
+	// (slide.Config.UpperN). The 1h window's sixty minutes and their
+	// aggregates are most of a busy list's state, and a 1h list counts
+	// sixty minutes' events, so it needs fewer entries per minute than a
+	// 1m list per bucket. 0 (the default): a quarter of the buckets'
+	// Preagg.Summary.N, but at least four times a partition's share of
+	// the list (K + margin over the partitions); Preagg.Summary.N or more:
+	// no cut (see BENCHMARKS.md, "Smaller minutes and aggregates").
+	MinuteN int
+	// AggN is the number of entries per (list, partition) each window's
+	// aggregates keep (slide.Config.AggN): the two-stacks' front holds up
+	// to one aggregate per pane, each a merge of many panes, so a list of
+	// a few hundred items per bucket holds aggregates as big as a full
+	// one. 0 (the default): as MinuteN's default; Preagg.Summary.N or
+	// more: no cut.
+	AggN int
 	// Shards is the list merge's parallelism per window (0: 4).
 	Shards int
 	// Durable keeps the windows' panes in Beam state, so a partition's
@@ -122,6 +140,12 @@ func (c Config) validateAfterSource() error {
 		if c.Trend.Trend.Counts == schemas.CountsUsers && c.Preagg.UsersTop == 0 {
 			return errors.New("trending: counts users needs the pre-aggregation's users tallies (preagg users top > 0)")
 		}
+	}
+	if c.MinuteN < 0 || c.MinuteN > summary.MaxN {
+		return fmt.Errorf("minute N %d outside [0, %d]", c.MinuteN, summary.MaxN)
+	}
+	if c.AggN < 0 || c.AggN > summary.MaxN {
+		return fmt.Errorf("aggregates' N %d outside [0, %d]", c.AggN, summary.MaxN)
 	}
 	if c.Shards < 0 || c.Shards > 1024 {
 		return fmt.Errorf("shards %d outside [0, 1024]", c.Shards)
@@ -224,7 +248,7 @@ func (c Config) RecoveryHorizon() time.Duration {
 // (and the minutes the long windows read).
 func (c Config) slideConfig() slide.BeamConfig {
 	sc := slide.BeamConfig{
-		Config:  slide.Config{Bucket: c.Preagg.Bucket, Limit: c.Lists.K + c.Lists.Margin},
+		Config:  slide.Config{Bucket: c.Preagg.Bucket, Limit: c.Lists.K + c.Lists.Margin, UpperN: c.cutN(c.MinuteN), AggN: c.cutN(c.AggN)},
 		Shards:  c.Shards,
 		Minutes: c.Long,
 		Durable: c.Durable,
@@ -242,6 +266,21 @@ func (c Config) slideConfig() slide.BeamConfig {
 		sc.Windows = append(sc.Windows, slide.Window{Name: string(w), Length: w.Length(), Period: w.Period(), MinCount: c.MinCount[w]})
 	}
 	return sc
+}
+
+// cutN is the entries per (list, partition) a closed minute or a window's
+// aggregate keeps: n if set, else a quarter of the buckets' N but at least
+// four times a partition's share of the list, at most the buckets' N. A
+// cut to about one share loses items near the K-th: in TestReplayDense,
+// aggregates of 1.0 and 1.5 shares gave recall@1000 0.89 and 0.93, 1.6
+// shares 0.935, whole ones 0.945.
+func (c Config) cutN(n int) int {
+	if n > 0 {
+		return n
+	}
+	bn, p := c.Preagg.Summary.N, max(c.Preagg.Partitions, 1)
+	share := (c.Lists.K + c.Lists.Margin + p - 1) / p
+	return min(bn, max(bn/4, 4*share))
 }
 
 // Report is what a finite run did: the line the streaming command prints.

@@ -47,6 +47,8 @@ type Flags struct {
 	AllowedLateness time.Duration
 	K, Margin       int
 	SummaryN        int
+	MinuteN         int
+	AggN            int
 	SketchWidth     int
 	SketchDepth     int
 	MaxDistinct     int
@@ -87,6 +89,8 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.IntVar(&f.K, "k", d.Lists.K, "list depth K (complete means certified to K)")
 	fs.IntVar(&f.Margin, "margin", d.Lists.Margin, "entries published beyond K, so takedowns keep lists full")
 	fs.IntVar(&f.SummaryN, "summary_n", d.Preagg.Summary.N, "entries tracked per (list, partition, bucket) summary")
+	fs.IntVar(&f.MinuteN, "minute_n", d.MinuteN, "entries a closed minute keeps per (list, partition), and so the 1h window's aggregates; 0: a quarter of summary_n, at least four times (K + margin) / partitions; summary_n or more: no cut")
+	fs.IntVar(&f.AggN, "agg_n", d.AggN, "entries each window's aggregates keep per (list, partition); 0: as minute_n's default; summary_n or more: no cut")
 	fs.IntVar(&f.SketchWidth, "sketch_width", d.Preagg.Summary.SketchWidth, "count-min sketch width (power of two; 0: no sketch)")
 	fs.IntVar(&f.SketchDepth, "sketch_depth", d.Preagg.Summary.SketchDepth, "count-min sketch depth")
 	fs.IntVar(&f.MaxDistinct, "max_distinct", d.Preagg.MaxDistinct, "distinct keys held per bundle before an early flush")
@@ -151,6 +155,7 @@ func (f *Flags) Config(redisAddr string) (fastpath.Config, error) {
 	cfg.Preagg.Partitions = f.Partitions
 	cfg.Preagg.AllowedLateness = f.AllowedLateness
 	cfg.Preagg.Summary.N = f.SummaryN
+	cfg.MinuteN, cfg.AggN = f.MinuteN, f.AggN
 	cfg.Preagg.Summary.SketchWidth = f.SketchWidth
 	cfg.Preagg.Summary.SketchDepth = f.SketchDepth
 	if f.SketchWidth == 0 {

@@ -99,6 +99,14 @@ func Windows(s beam.Scope, buckets beam.PCollection, cfg BeamConfig) (results, m
 	if err := cfg.Validate(); err != nil {
 		panic(err)
 	}
+	g := beam.WindowInto(s, window.NewGlobalWindows(), buckets)
+	return beam.ParDo2(s, newWindowsFn(cfg), g)
+}
+
+// newWindowsFn is the DoFn of cfg: its fields are what reaches the
+// workers, so every field of Config must be one (config rebuilds it;
+// TestWindowsFnConfig checks that nothing is lost on the way).
+func newWindowsFn(cfg BeamConfig) *windowsFn {
 	id := make([]byte, 8)
 	if _, err := rand.Read(id); err != nil {
 		panic(err)
@@ -107,6 +115,8 @@ func Windows(s beam.Scope, buckets beam.PCollection, cfg BeamConfig) (results, m
 		ID:       hex.EncodeToString(id),
 		BucketMs: cfg.Bucket.Milliseconds(),
 		Limit:    cfg.Limit,
+		UpperN:   cfg.UpperN,
+		AggN:     cfg.AggN,
 		Shards:   cfg.Shards,
 		Minutes:  cfg.Minutes,
 		Durable:  cfg.Durable,
@@ -118,8 +128,7 @@ func Windows(s beam.Scope, buckets beam.PCollection, cfg BeamConfig) (results, m
 	for _, w := range cfg.Windows {
 		fn.Windows = append(fn.Windows, windowSpec{Name: w.Name, LengthMs: w.Length.Milliseconds(), PeriodMs: w.Period.Milliseconds(), MinCount: w.MinCount})
 	}
-	g := beam.WindowInto(s, window.NewGlobalWindows(), buckets)
-	return beam.ParDo2(s, fn, g)
+	return fn
 }
 
 type windowSpec struct {
@@ -146,6 +155,8 @@ type windowsFn struct {
 	BucketMs int64
 	Windows  []windowSpec
 	Limit    int
+	UpperN   int
+	AggN     int
 	Shards   int
 	Minutes  bool
 	Durable  bool
@@ -170,7 +181,7 @@ type entry struct {
 var cache sync.Map // fn.ID + "\x00" + partition key -> *entry
 
 func (fn *windowsFn) config() Config {
-	c := Config{Bucket: time.Duration(fn.BucketMs) * time.Millisecond, Limit: fn.Limit}
+	c := Config{Bucket: time.Duration(fn.BucketMs) * time.Millisecond, Limit: fn.Limit, UpperN: fn.UpperN, AggN: fn.AggN}
 	for _, w := range fn.Windows {
 		c.Windows = append(c.Windows, Window{Name: w.Name, Length: time.Duration(w.LengthMs) * time.Millisecond, Period: time.Duration(w.PeriodMs) * time.Millisecond, MinCount: w.MinCount})
 	}

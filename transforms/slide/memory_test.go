@@ -16,17 +16,40 @@ import (
 // the second's (within an hour it rises and falls as the 1h window's
 // two-stacks flip), and the figure per (list, partition) is logged
 // (BENCHMARKS.md: the job's heap is about lists x partitions x this).
+// With the minutes cut to UpperN = N/2 and N/4 the state is smaller than
+// with whole minutes, by at least a fifth and a third, and with the
+// aggregates cut to N/4 as well, by at least a half.
 func TestStateMemoryFull(t *testing.T) {
 	if testing.Short() {
 		t.Skip("drives three hours of full buckets")
 	}
 	const n = 4096 // summary.DefaultConfig's N
+	var full uint64
+	for _, c := range []struct {
+		upperN, aggN int
+		saves        float64 // the least share of the whole minutes' heap saved
+	}{{0, 0, 0}, {n / 2, 0, 0.2}, {n / 4, 0, 1.0 / 3}, {n / 4, n / 4, 0.5}} {
+		peak := stateMemoryFull(t, n, c.upperN, c.aggN)
+		t.Logf("one (list, partition), every bucket full (N = %d, minutes' N %d, aggregates' N %d): largest live heap %.1f MB in the second hour, %.1f MB in the third", n, c.upperN, c.aggN, float64(peak[1])/1e6, float64(peak[2])/1e6)
+		if peak[2] > peak[1]+peak[1]/10 {
+			t.Errorf("minutes' N %d, aggregates' %d: largest heap grew from %d bytes in the second hour to %d in the third", c.upperN, c.aggN, peak[1], peak[2])
+		}
+		if c.upperN == 0 {
+			full = peak[2]
+		} else if float64(peak[2]) > float64(full)*(1-c.saves) {
+			t.Errorf("minutes' N %d, aggregates' %d: largest heap %d bytes, not %.0f%% below the whole minutes' %d", c.upperN, c.aggN, peak[2], 100*c.saves, full)
+		}
+	}
+}
+
+// stateMemoryFull drives three hours of full buckets through one list of a
+// State and returns its largest live heap by hour.
+func stateMemoryFull(t *testing.T, n, upperN, aggN int) (peak [3]uint64) {
 	cfg := summary.Config{N: n}
-	st := NewState(Config{Bucket: 10 * time.Second, Windows: testWindows, Limit: 1100})
+	st := NewState(Config{Bucket: 10 * time.Second, Windows: testWindows, Limit: 1100, UpperN: upperN, AggN: aggN})
 	st.ShareResults = true
 	t0 := int64(1_780_000_000_000) - int64(1_780_000_000_000)%3_600_000
 	before := memtest.LiveHeap()
-	var peak [3]uint64 // by hour
 	c := summary.NewCounter(0)
 	for k := int64(0); k < 3*360; k++ { // three hours of 10 s buckets
 		b := t0 + k*bucketMs
@@ -53,11 +76,8 @@ func TestStateMemoryFull(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("one (list, partition), every bucket full (N = %d): largest live heap %.1f MB in the second hour, %.1f MB in the third", n, float64(peak[1])/1e6, float64(peak[2])/1e6)
-	if peak[2] > peak[1]+peak[1]/10 {
-		t.Errorf("largest heap grew from %d bytes in the second hour to %d in the third", peak[1], peak[2])
-	}
 	if st.Lists() != 1 {
 		t.Fatalf("%d lists", st.Lists())
 	}
+	return peak
 }

@@ -29,7 +29,11 @@
 // Memory per list is bounded by the panes it keeps (30 buckets for 5m, 60
 // minutes for 1h) and the aggregators' nodes (one per pane at most), each a
 // summary of at most N entries: it does not grow with distinct items, and a
-// list without data for an hour is dropped. Cost per slide follows the
+// list without data for an hour is dropped. The minutes and the
+// aggregates may keep fewer entries than the buckets (Config.UpperN,
+// Config.AggN): an aggregate merges many panes, so a list of a few hundred
+// items per bucket holds aggregates as big as a full list's, and they, not
+// the panes, were most of the heap. Cost per slide follows the
 // lists that have data: a list with ten items in its window costs merges of
 // ten entries.
 package slide
@@ -63,6 +67,21 @@ type Config struct {
 	// the list margin): an item outside its partition's first Limit by hi
 	// is outside the list's first Limit too. 0 keeps all.
 	Limit int
+	// UpperN, when > 0, is the number of entries a pane of a level above
+	// the buckets keeps (the minutes the 1h window slides over) and so the
+	// aggregates of the windows that slide over those panes: a closed
+	// minute is merged from its buckets at their N, then cut to UpperN.
+	// The 1h window's sixty minutes and up to sixty aggregates are about
+	// two thirds of a full list's state, and its lists count sixty times a
+	// minute's events, so the entries a minute drops weigh less in them
+	// (see TestStateMemoryFull and the fast path's replays for what it
+	// saves and costs). 0: as the buckets'.
+	UpperN int
+	// AggN, when > 0, is the entries each window's aggregates keep
+	// (TwoStacks.N): the front stack's up to one aggregate per pane is
+	// most of a window's state beyond its panes. A window over the upper
+	// levels keeps the smaller of AggN and UpperN. 0: as their panes'.
+	AggN int
 }
 
 // Validate reports a configuration that cannot work.
@@ -85,6 +104,12 @@ func (c Config) Validate() error {
 	}
 	if c.Limit < 0 {
 		return fmt.Errorf("slide: limit %d", c.Limit)
+	}
+	if c.UpperN < 0 || c.UpperN > summary.MaxN {
+		return fmt.Errorf("slide: upper levels' N %d outside [0, %d]", c.UpperN, summary.MaxN)
+	}
+	if c.AggN < 0 || c.AggN > summary.MaxN {
+		return fmt.Errorf("slide: aggregates' N %d outside [0, %d]", c.AggN, summary.MaxN)
 	}
 	return nil
 }
@@ -163,6 +188,7 @@ func (st *State) list(key string) *list {
 		l = &list{panes: make([][]pane, len(st.levels)), aggs: make([]TwoStacks, n), pushed: make([]int64, n), dirty: make([]bool, n)}
 		for i := range l.pushed {
 			l.pushed[i] = never
+			l.aggs[i].N = st.aggN(i)
 		}
 		st.lists[strings.Clone(key)] = l
 	}
@@ -197,7 +223,7 @@ func (st *State) Add(key string, bucket int64, sm *summary.Summary) ([]Late, err
 		if st.fired != 0 && start+lv.keep <= st.fired {
 			continue // too old for any window of this level
 		}
-		if _, err := st.insert(&l.panes[li], start, sm); err != nil {
+		if _, err := st.insert(l, li, start, sm); err != nil {
 			return nil, fmt.Errorf("slide: list %q: %w", key, err)
 		}
 		if li > 0 {
@@ -214,9 +240,10 @@ func (st *State) Add(key string, bucket int64, sm *summary.Summary) ([]Late, err
 	return out, nil
 }
 
-// insert merges sm into the pane at start (creating it), keeping start
-// order, and returns the pane's summary.
-func (st *State) insert(ps *[]pane, start int64, sm *summary.Summary) (*summary.Summary, error) {
+// insert merges sm into l's pane of level li at start (creating it, cut to
+// the level's N), keeping start order, and returns the pane's summary.
+func (st *State) insert(l *list, li int, start int64, sm *summary.Summary) (*summary.Summary, error) {
+	ps := &l.panes[li]
 	i, found := slices.BinarySearchFunc(*ps, start, func(p pane, s int64) int { return cmp.Compare(p.start, s) })
 	if found {
 		m, err := summary.MergeEvents((*ps)[i].sm, sm)
@@ -227,6 +254,7 @@ func (st *State) insert(ps *[]pane, start int64, sm *summary.Summary) (*summary.
 		(*ps)[i].sm = m
 		return m, nil
 	}
+	sm = st.paneN(li, sm)
 	*ps = slices.Insert(*ps, i, pane{start: start, sm: sm})
 	return sm, nil
 }
@@ -280,7 +308,8 @@ func (st *State) Fire(end int64, result func(Result) error, closed func(Closed) 
 			if sm == nil {
 				continue
 			}
-			if _, err := st.insert(&l.panes[li], end-lv.size, sm); err != nil {
+			sm = st.paneN(li, sm)
+			if _, err := st.insert(l, li, end-lv.size, sm); err != nil {
 				return err
 			}
 			if closed != nil {
@@ -362,6 +391,26 @@ func (st *State) slide(l *list, wi int, end int64) (*summary.Summary, error) {
 		return nil, err
 	}
 	return t.Query()
+}
+
+// aggN is the N of window wi's aggregates (see Config.AggN).
+func (st *State) aggN(wi int) int {
+	n := st.cfg.AggN
+	if u := st.cfg.UpperN; st.winLvl[wi] > 0 && u > 0 && (n == 0 || u < n) {
+		n = u
+	}
+	return n
+}
+
+// paneN returns sm as a pane of level li keeps it: cut to UpperN above the
+// buckets (a copy, sm is not changed), sm itself otherwise. A merge into a
+// pane keeps the pane's N (MergeEvents keeps its first argument's), so a
+// late bucket merged into a closed minute does not widen it.
+func (st *State) paneN(li int, sm *summary.Summary) *summary.Summary {
+	if n := st.cfg.UpperN; li > 0 && n > 0 && sm.N > n {
+		return sm.WithN(n)
+	}
+	return sm
 }
 
 // mergeRange merges the panes with start in [from, to); nil if none.
@@ -448,7 +497,7 @@ func (st *State) Restore(li int, key string, start int64, sm *summary.Summary, f
 		return fmt.Errorf("slide: restore level %d start %d", li, start)
 	}
 	l := st.list(key)
-	if _, err := st.insert(&l.panes[li], start, sm); err != nil {
+	if _, err := st.insert(l, li, start, sm); err != nil {
 		return err
 	}
 	for wi := range l.dirty {

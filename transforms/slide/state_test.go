@@ -79,12 +79,14 @@ func checkBounds(t *testing.T, name string, sm *summary.Summary, want map[string
 // TestStateMatchesRecount drives a state through three hours of random
 // buckets for a few lists, with some late buckets, and checks every window
 // result against an exact recount of the buckets added before the slide:
-// bounds hold (with N small enough to truncate), totals match, and a window
-// reports exactly when it holds data.
+// bounds hold (with N small enough to truncate, and with whole buckets but
+// minutes and aggregates cut small), totals match, and a window reports
+// exactly when it holds data.
 func TestStateMatchesRecount(t *testing.T) {
-	for _, n := range []int{1000, 8} {
-		t.Run(fmt.Sprintf("N=%d", n), func(t *testing.T) {
-			st := NewState(Config{Bucket: 10 * time.Second, Windows: testWindows})
+	for _, c := range []struct{ n, upperN, aggN int }{{1000, 0, 0}, {8, 0, 0}, {1000, 4, 6}} {
+		n := c.n
+		t.Run(fmt.Sprintf("N=%d,upper=%d,agg=%d", n, c.upperN, c.aggN), func(t *testing.T) {
+			st := NewState(Config{Bucket: 10 * time.Second, Windows: testWindows, UpperN: c.upperN, AggN: c.aggN})
 			x := exact{}
 			rng := rand.New(rand.NewPCG(1, uint64(n)))
 			lists := []string{"video\x00global", "video\x00IN", "hashtag\x00IN-MH"}
@@ -132,6 +134,9 @@ func TestStateMatchesRecount(t *testing.T) {
 					name := fmt.Sprintf("%q %s@%d", r.List, w.Name, end)
 					seen[r.List+w.Name] = true
 					checkBounds(t, name, r.Summary, x.window(r.List, end-w.Length.Milliseconds(), end))
+					if c.upperN > 0 && w.Name == "1h" && len(r.Summary.Entries) > c.upperN {
+						t.Fatalf("%s: %d entries from minutes of %d", name, len(r.Summary.Entries), c.upperN)
+					}
 					results++
 					return nil
 				}, nil)

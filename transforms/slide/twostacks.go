@@ -32,6 +32,11 @@ type pane struct {
 // order yields valid bounds. The aggregate need not be invertible: panes
 // that leave the window are never subtracted.
 type TwoStacks struct {
+	// N, when > 0, is the entries every aggregate keeps (panes are held as
+	// they are): a window's aggregates merge many panes, and the window's
+	// answer per partition is cut to Config.Limit, so they need not keep
+	// as many entries as a pane. 0: the older side's N (MergeEvents).
+	N       int
 	front   []pane // front[len-1] is the oldest; sm is the aggregate from it to the bottom
 	back    []pane // oldest first
 	backAgg *summary.Summary
@@ -53,7 +58,7 @@ func (t *TwoStacks) Push(start int64, sm *summary.Summary) error {
 		t.backAgg = sm
 		return nil
 	}
-	agg, err := summary.MergeEvents(t.backAgg, sm)
+	agg, err := t.merge(t.backAgg, sm)
 	if err != nil {
 		return err
 	}
@@ -92,7 +97,7 @@ func (t *TwoStacks) flip() error {
 			agg = p.sm
 		} else {
 			var err error
-			if agg, err = summary.MergeEvents(p.sm, agg); err != nil {
+			if agg, err = t.merge(p.sm, agg); err != nil {
 				return err
 			}
 			t.merges++
@@ -122,5 +127,14 @@ func (t *TwoStacks) Query() (*summary.Summary, error) {
 	return summary.MergeEvents(f, t.backAgg)
 }
 
-// Reset empties the aggregator.
-func (t *TwoStacks) Reset() { *t = TwoStacks{merges: t.merges} }
+// merge merges two disjoint event sets into an aggregate of t's N, never
+// wider than the wider side.
+func (t *TwoStacks) merge(a, b *summary.Summary) (*summary.Summary, error) {
+	if n := max(a.N, b.N); t.N > 0 && t.N < n {
+		return summary.MergeEventsN(a, b, t.N)
+	}
+	return summary.MergeEvents(a, b)
+}
+
+// Reset empties the aggregator (its N stays).
+func (t *TwoStacks) Reset() { *t = TwoStacks{N: t.N, merges: t.merges} }

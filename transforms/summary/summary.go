@@ -163,9 +163,14 @@ var ErrMismatch = errors.New("summary shapes differ")
 // (two bundles, two time buckets of one partition). Neither input changes.
 // The result has a's N; sketches must have the same shape. If only one side
 // has a sketch, the result has none (unless the other side is empty).
-func MergeEvents(a, b *Summary) (*Summary, error) {
+func MergeEvents(a, b *Summary) (*Summary, error) { return MergeEventsN(a, b, a.N) }
+
+// MergeEventsN is MergeEvents with a result of capacity n (N = n): at most
+// n entries, Theta raised to the largest hi dropped, so that a merge of
+// summaries of N entries can be kept smaller than they are.
+func MergeEventsN(a, b *Summary, n int) (*Summary, error) {
 	if a.empty() || b.empty() {
-		out := a.withN(a.N)
+		out := a.withN(n)
 		if err := out.mergeEvents(b, nil); err != nil {
 			return nil, err
 		}
@@ -173,7 +178,7 @@ func MergeEvents(a, b *Summary) (*Summary, error) {
 	}
 	// mergeEvents only reads the receiver's entries and replaces them with
 	// a new slice: share a's instead of copying them first.
-	out := &Summary{N: a.N, Total: a.Total, Theta: a.Theta, Entries: a.Entries}
+	out := &Summary{N: n, Total: a.Total, Theta: a.Theta, Entries: a.Entries}
 	if a.Sketch != nil {
 		out.Sketch = a.Sketch.Clone()
 	}
@@ -388,13 +393,28 @@ func UnionKeys(parts []*Summary, limit int) *Summary {
 	return out
 }
 
-// withN returns a copy of sm with capacity n (truncating if needed).
+// WithN returns a copy of sm with capacity n: its n largest entries by hi,
+// Theta raised to the largest hi dropped, and N = n, so that every later
+// merge into it keeps n entries too (MergeEvents keeps its first
+// argument's N). The bounds stay valid: a dropped item is untracked with
+// count <= its hi <= Theta.
+func (sm *Summary) WithN(n int) *Summary { return sm.withN(n) }
+
+// withN returns a copy of sm with capacity n (truncating if needed, into an
+// exact-size slice: a clone truncated in place would keep the whole
+// clone's capacity alive).
 func (sm *Summary) withN(n int) *Summary {
-	out := &Summary{N: n, Total: sm.Total, Theta: sm.Theta, Entries: slices.Clone(sm.Entries)}
+	out := &Summary{N: n, Total: sm.Total, Theta: sm.Theta}
+	if len(sm.Entries) <= n {
+		out.Entries = slices.Clone(sm.Entries)
+	} else {
+		var dropped uint64
+		out.Entries, dropped = cutTop(make([]Entry, 0, n), sm.Entries, n, 0)
+		out.Theta = max(out.Theta, dropped)
+	}
 	if sm.Sketch != nil {
 		out.Sketch = sm.Sketch.Clone()
 	}
-	out.truncate(n)
 	return out
 }
 

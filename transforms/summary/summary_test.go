@@ -301,3 +301,36 @@ func TestCounterTopInto(t *testing.T) {
 		}
 	}
 }
+
+// MergeEventsN and WithN by hand: the same merge as TestMergeEventsByHand
+// kept to one entry, and a copy of a summary cut to one entry: N and the
+// entries' capacity are the new n, the bounds stay valid (the dropped
+// items' hi becomes Theta), and the inputs do not change.
+func TestMergeEventsNAndWithN(t *testing.T) {
+	cfg := Config{N: 2}
+	a := counted(cfg, map[string]uint64{"x": 10, "y": 7, "z": 3}) // x [10,10], y [7,7], theta 3
+	b := counted(cfg, map[string]uint64{"x": 4, "z": 6, "w": 1})  // z [6,6], x [4,4], theta 1
+	m, err := MergeEventsN(a, b, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// x [14,14] kept; z [6,9] and y [7,8] dropped: theta = max(3+1, 9).
+	if m.N != 1 || len(m.Entries) != 1 || m.Entries[0].Item != "x" || m.Entries[0].Lo != 14 || m.Theta != 9 || m.Total != 31 {
+		t.Fatalf("got N %d %+v theta %d total %d", m.N, m.Entries, m.Theta, m.Total)
+	}
+	if len(a.Entries) != 2 || a.N != 2 || len(b.Entries) != 2 {
+		t.Fatalf("inputs changed: %+v %+v", a, b)
+	}
+	w := a.WithN(1)
+	if w.N != 1 || len(w.Entries) != 1 || cap(w.Entries) != 1 || w.Entries[0].Item != "x" || w.Theta != 7 || w.Total != a.Total {
+		t.Fatalf("WithN(1): N %d %+v (cap %d) theta %d", w.N, w.Entries, cap(w.Entries), w.Theta)
+	}
+	// A merge into the cut copy keeps its N.
+	if m2, err := MergeEvents(w, b); err != nil || m2.N != 1 || len(m2.Entries) != 1 {
+		t.Fatalf("merge into WithN(1): %+v, %v", m2, err)
+	}
+	// Against an empty side: the other side cut to n.
+	if e, err := MergeEventsN(New(cfg), a, 1); err != nil || e.N != 1 || len(e.Entries) != 1 || e.Theta != 7 {
+		t.Fatalf("empty + a to 1: %+v, %v", e, err)
+	}
+}
