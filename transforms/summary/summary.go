@@ -170,7 +170,7 @@ func MergeEvents(a, b *Summary) (*Summary, error) { return MergeEventsN(a, b, a.
 // summaries of N entries can be kept smaller than they are.
 func MergeEventsN(a, b *Summary, n int) (*Summary, error) {
 	if a.empty() || b.empty() {
-		out := a.withN(n)
+		out := a.WithN(n)
 		if err := out.mergeEvents(b, nil); err != nil {
 			return nil, err
 		}
@@ -198,7 +198,7 @@ func (sm *Summary) mergeEvents(b *Summary, buf *[]Entry) error {
 	}
 	if sm.empty() {
 		n := sm.N
-		*sm = *b.withN(n)
+		*sm = *b.WithN(n)
 		return nil
 	}
 	var merged []Entry
@@ -298,7 +298,7 @@ func (m *Merger) AddEncoded(data []byte) error {
 // Add merges sm in (sm is not kept).
 func (m *Merger) Add(sm *Summary) error {
 	if m.acc == nil {
-		m.acc = sm.withN(sm.N)
+		m.acc = sm.WithN(sm.N)
 		return nil
 	}
 	return m.acc.mergeEvents(sm, &m.buf)
@@ -397,13 +397,10 @@ func UnionKeys(parts []*Summary, limit int) *Summary {
 // Theta raised to the largest hi dropped, and N = n, so that every later
 // merge into it keeps n entries too (MergeEvents keeps its first
 // argument's N). The bounds stay valid: a dropped item is untracked with
-// count <= its hi <= Theta.
-func (sm *Summary) WithN(n int) *Summary { return sm.withN(n) }
-
-// withN returns a copy of sm with capacity n (truncating if needed, into an
-// exact-size slice: a clone truncated in place would keep the whole
-// clone's capacity alive).
-func (sm *Summary) withN(n int) *Summary {
+// count <= its hi <= Theta. The entries are selected into an exact-size
+// slice: a clone truncated in place would keep the whole clone's capacity
+// alive.
+func (sm *Summary) WithN(n int) *Summary {
 	out := &Summary{N: n, Total: sm.Total, Theta: sm.Theta}
 	if len(sm.Entries) <= n {
 		out.Entries = slices.Clone(sm.Entries)
