@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -460,4 +461,49 @@ func TestDecodedEveryScore(t *testing.T) {
 			t.Fatalf("seasonal %v: nothing listed in three hours", seasonal)
 		}
 	}
+}
+
+// TestStateFlatUnderJunkWave: a spam wave of about a million junk keys
+// (910 ticks whose 5-minute list is 1,100 fresh junk items over a steady
+// background of 200 real ones, the most new items a list of K + margin
+// can bring) leaves the scorer at the default cap of 2,000 items and its
+// encoded state within the 1.6 MB per list BENCHMARKS.md states, and the
+// real items, present at every tick, are never evicted for junk.
+func TestStateFlatUnderJunkWave(t *testing.T) {
+	cfg := DefaultConfig()
+	sc := New("hashtag", "global", cfg)
+	const ticks, junk, real = 910, 1100, 200
+	maxBytes := 0
+	for i := 0; i < ticks; i++ {
+		now := t0.Add(time.Duration(i+1) * tick)
+		in := Input{AsOf: now, Total: 5_000_000}
+		for j := 0; j < real; j++ {
+			in.Items = append(in.Items, Count{Item: "#real" + strconv.Itoa(j), Count: uint64(20_000 - 50*j)})
+		}
+		for j := 0; j < junk; j++ {
+			in.Items = append(in.Items, Count{Item: "#junk" + strconv.Itoa(i*junk+j), Count: 30})
+		}
+		if _, err := sc.Step(context.Background(), in, nil); err != nil {
+			t.Fatal(err)
+		}
+		if sc.Len() > cfg.MaxItems {
+			t.Fatalf("tick %d: %d tracked items, cap %d", i, sc.Len(), cfg.MaxItems)
+		}
+		if i%10 == 9 || i == ticks-1 {
+			enc, err := sc.MarshalBinary()
+			if err != nil {
+				t.Fatal(err)
+			}
+			maxBytes = max(maxBytes, len(enc))
+		}
+	}
+	for j := 0; j < real; j++ {
+		if _, ok := sc.items["#real"+strconv.Itoa(j)]; !ok {
+			t.Fatalf("#real%d evicted during the wave", j)
+		}
+	}
+	if maxBytes > 1_600_000 {
+		t.Fatalf("encoded state reached %d bytes, over the 1.6 MB stated per list", maxBytes)
+	}
+	t.Logf("%d junk keys: %d items tracked, encoded state at most %d bytes", ticks*junk, sc.Len(), maxBytes)
 }
