@@ -256,13 +256,19 @@ func record(it *item, ms int64, p float64) {
 // ring) and before the current hour (hourly ring).
 func (sc *Scorer) baseline(it *item) float64 {
 	s := mod(slotOf(sc.last), recentSlots)
-	h := mod(hourOf(sc.last), len(it.hourly))
 	var b float32
 	for i, v := range it.recent {
 		if i != s {
 			b = max(b, v)
 		}
 	}
+	return float64(max(b, sc.pastOf(it)))
+}
+
+// pastOf is the item's highest hourly share before the current hour (or,
+// seasonal, the hours Config.Seasonal names), from its cache when that is
+// of the current hour.
+func (sc *Scorer) pastOf(it *item) float32 {
 	if cur := hourOf(sc.last); !it.pastOK || it.pastHour != cur {
 		it.past = 0
 		if sc.cfg.Seasonal {
@@ -275,6 +281,7 @@ func (sc *Scorer) baseline(it *item) float64 {
 				}
 			}
 		} else {
+			h := mod(cur, len(it.hourly))
 			for i, v := range it.hourly {
 				if i != h {
 					it.past = max(it.past, v)
@@ -283,7 +290,7 @@ func (sc *Scorer) baseline(it *item) float64 {
 		}
 		it.pastHour, it.pastOK = cur, true
 	}
-	return float64(max(b, it.past))
+	return it.past
 }
 
 // Observe records one 5-minute list: every listed item's share goes into its
@@ -356,6 +363,10 @@ func (sc *Scorer) Observe(in Input) ([]string, error) {
 				continue // every tracked item is in this input and ranks higher
 			}
 			it = &item{name: c.Item, hourly: slices.Clone(sc.cut.hourly), recent: sc.cut.recent}
+			// Its past is the cut's (the same ring): taken once per input,
+			// not from 169 slots per new item (a list takes in hundreds a
+			// minute).
+			it.past, it.pastHour, it.pastOK = sc.pastOf(&sc.cut), hourOf(now), true
 			sc.items[c.Item] = it
 			added = append(added, c.Item)
 		}

@@ -507,3 +507,46 @@ func TestStateFlatUnderJunkWave(t *testing.T) {
 	}
 	t.Logf("%d junk keys: %d items tracked, encoded state at most %d bytes", ticks*junk, sc.Len(), maxBytes)
 }
+
+// TestPastCacheExact: every tracked item's cached past (its highest
+// hourly share before the current hour, which new items take from the
+// list's cut instead of scanning their ring) equals a scan of its ring,
+// at every score of three hours of churn, seasonal or not.
+func TestPastCacheExact(t *testing.T) {
+	for _, seasonal := range []bool{false, true} {
+		cfg := DefaultConfig()
+		cfg.WarmUp = 5 * time.Minute
+		cfg.Seasonal = seasonal
+		cfg.MaxItems = 150 // churn: items leave and come back with the cut's past
+		w := newWorld(5, 400, 100)
+		sc := New("video", "IN", cfg)
+		fromCut := 0
+		for i := 0; i < 180; i++ {
+			now := t0.Add(time.Duration(i+1) * time.Minute)
+			w.step(now)
+			added, err := sc.Observe(w.input(now, 120))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range added {
+				if sc.items[n].past > 0 {
+					fromCut++
+				}
+			}
+			for n, it := range sc.items {
+				if !it.pastOK || it.pastHour != hourOf(sc.last) {
+					continue
+				}
+				fresh := *it
+				fresh.pastOK = false
+				if got, want := it.past, sc.pastOf(&fresh); got != want {
+					t.Fatalf("seasonal %v, minute %d, item %s: cached past %v, its ring's %v", seasonal, i+1, n, got, want)
+				}
+			}
+			sc.List()
+		}
+		if fromCut == 0 {
+			t.Fatalf("seasonal %v: no new item took a non-zero past from the cut: the test exercises nothing", seasonal)
+		}
+	}
+}
