@@ -44,13 +44,50 @@ func TestSketchBytes(t *testing.T) {
 }
 
 // BenchmarkUnitePieces is the trend scorer's union of one pane: 60
-// pre-aggregation tallies (a minute of 1 s flushes) of 1,024 items each,
-// Zipf(1.1) item popularity over 4,096 items with ten times as many
-// events as users for the hottest, decoded and absorbed (decode) or
-// absorbed from their bytes (bytes). One op is one pane.
+// pre-aggregation tallies (a minute of 1 s flushes) of up to 1,024 items
+// each, Zipf(1.1) item popularity over the universe's items with ten
+// times as many events as users for the hottest, decoded and absorbed
+// (decode) or absorbed from their bytes (bytes). Over 4,096 items the
+// pieces mostly repeat the pane's items; over 409,600 most of a piece's
+// items are new to the pane (a busy list's long tail: the map inserts of
+// the scorer's profiles). One op is one pane.
 func BenchmarkUnitePieces(b *testing.B) {
+	for _, universe := range []uint64{4096, 409_600} {
+		pieces := benchPieces(b, universe)
+		for _, how := range []string{"decode", "bytes"} {
+			b.Run(fmt.Sprintf("items=%d/%s", universe, how), func(b *testing.B) {
+				b.ReportAllocs()
+				for i := 0; i < b.N; i++ {
+					pane := NewTally()
+					for _, p := range pieces {
+						var err error
+						if how == "bytes" {
+							err = pane.AbsorbBinary(p)
+						} else {
+							var t *Tally
+							if t, err = UnmarshalTally(p); err == nil {
+								err = pane.Absorb(t)
+							}
+						}
+						if err != nil {
+							b.Fatal(err)
+						}
+					}
+					pane.Trim(2000)
+					if _, err := pane.MarshalBinary(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
+
+// benchPieces encodes BenchmarkUnitePieces' 60 tallies over universe
+// items.
+func benchPieces(b *testing.B, universe uint64) [][]byte {
 	r := rand.New(rand.NewPCG(3, 4))
-	z := rand.NewZipf(r, 1.1, 1, 4095)
+	z := rand.NewZipf(r, 1.1, 1, universe-1)
 	var pieces [][]byte
 	for range 60 {
 		w := NewTallyWriter()
@@ -82,30 +119,5 @@ func BenchmarkUnitePieces(b *testing.B) {
 		}
 		pieces = append(pieces, enc)
 	}
-	for _, how := range []string{"decode", "bytes"} {
-		b.Run(how, func(b *testing.B) {
-			b.ReportAllocs()
-			for i := 0; i < b.N; i++ {
-				pane := NewTally()
-				for _, p := range pieces {
-					var err error
-					if how == "bytes" {
-						err = pane.AbsorbBinary(p)
-					} else {
-						var t *Tally
-						if t, err = UnmarshalTally(p); err == nil {
-							err = pane.Absorb(t)
-						}
-					}
-					if err != nil {
-						b.Fatal(err)
-					}
-				}
-				pane.Trim(2000)
-				if _, err := pane.MarshalBinary(); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	}
+	return pieces
 }

@@ -388,8 +388,11 @@ func (s *Sketch) Empty() bool { return s.empty() }
 // the set's unsorted tail), so a scorer uniting one piece per
 // pre-aggregation flush allocates only for items new to t (uniting the
 // pieces, each decoded into a map of its own, was half of the scorer's
-// timer CPU in BENCHMARKS.md's profiles). The whole input is checked,
-// and its HyperLogLogs decoded, before anything is united: on a malformed
+// timer CPU in BENCHMARKS.md's profiles). The whole input's framing is
+// checked, and its HyperLogLogs decoded, before anything is united (a
+// set's order is not: its hashes join the unsorted tail, sorted and
+// deduplicated when the sketch is next normalised, so an out-of-order set
+// unites as the same set in order would): on a malformed
 // input, or one with a HyperLogLog of another precision than
 // TallyPrecision, t is unchanged and the error wraps ErrBadSketch. (A t
 // holding a dense sketch of another precision, which only a version 1
@@ -405,7 +408,7 @@ func (t *Tally) AbsorbBinary(data []byte) error {
 		return t.Absorb(o)
 	}
 	var hlls []Sketch // decoded in the check, united in order after
-	err := walkTally(data, true, func(_ []byte, _ uint64, b sketchBody) error {
+	err := walkTally(data, false, func(_ []byte, _ uint64, b sketchBody) error {
 		if b.hll == nil {
 			return nil
 		}
@@ -422,12 +425,21 @@ func (t *Tally) AbsorbBinary(data []byte) error {
 	if t.Items == nil {
 		t.Items = map[string]*TallyEntry{}
 	}
+	// Entries new to t come from slabs (16, doubling to 256), not one
+	// allocation each: most of a busy list's pieces are items new to the
+	// pane.
+	var slab []TallyEntry
+	next := 16
 	return walkTally(data, false, func(item []byte, count uint64, b sketchBody) error {
 		s := &t.Pairs
 		if item != nil {
 			e := t.Items[string(item)] // no allocation for the lookup
 			if e == nil {
-				e = &TallyEntry{Users: Sketch{p: TallyPrecision}}
+				if len(slab) == 0 {
+					slab, next = make([]TallyEntry, next), min(2*next, 256)
+				}
+				e, slab = &slab[0], slab[1:]
+				e.Users.p = TallyPrecision
 				t.Items[string(item)] = e
 			}
 			e.Count += count
