@@ -64,6 +64,8 @@ type Flags struct {
 	DeadLetterDir   string
 	PubsubEndpoint  string
 	CPUProfile      string
+	CPUProfileFrom  time.Duration
+	CPUProfileTo    time.Duration
 	HeapProfile     string
 	BundleTime      time.Duration
 	MemoryLimitMB   int
@@ -127,6 +129,8 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.RecoveryHorizon, "recovery_horizon", 0, "how much publish time before its start a run replays from the recovery log (0: the longest window plus the allowed lateness and a bucket)")
 	fs.StringVar(&f.MetricsAddr, "metrics_addr", "", "serve Prometheus metrics (publish lag, list age, pointer moves, per-stage event and dead-letter counters, recovery log) on this address at /metrics")
 	fs.StringVar(&f.CPUProfile, "cpuprofile", "", "write a CPU profile of the whole run (Prism runs in-process) to this file")
+	fs.DurationVar(&f.CPUProfileFrom, "cpuprofile_from", 0, "with --cpuprofile: start profiling this long after the job starts (a steady-state profile, without start-up)")
+	fs.DurationVar(&f.CPUProfileTo, "cpuprofile_to", 0, "with --cpuprofile: stop profiling this long after the job starts (0: at its end)")
 	fs.DurationVar(&f.BundleTime, "bundle_time", time.Second, "how long the Pub/Sub and synthetic sources emit before a bundle ends (each bundle ends in one pre-aggregation flush: longer is less work per event and more latency)")
 	fs.StringVar(&f.HeapProfile, "heapprofile", "", "write the heap profile at the run's largest in-use heap (checked every 10s; Prism's state is in it) to this file")
 	rd := preagg.DefaultRules() // the exact command's rules, with smaller stream state
@@ -271,7 +275,10 @@ func run(ctx context.Context, f *Flags) error {
 		}
 		defer stopMetrics()
 	}
-	stopProfile, err := beamrun.CPUProfile(f.CPUProfile)
+	if f.CPUProfileFrom < 0 || f.CPUProfileTo < 0 || (f.CPUProfileTo > 0 && f.CPUProfileTo <= f.CPUProfileFrom) {
+		return fmt.Errorf("--cpuprofile_from %v, --cpuprofile_to %v: want 0 <= from < to (or to 0: the end)", f.CPUProfileFrom, f.CPUProfileTo)
+	}
+	stopProfile, err := beamrun.CPUProfileWindow(f.CPUProfile, f.CPUProfileFrom, f.CPUProfileTo)
 	if err != nil {
 		return err
 	}

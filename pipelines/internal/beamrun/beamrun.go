@@ -54,6 +54,16 @@ func Counters(ctx context.Context, p *beam.Pipeline, namespace string) (map[stri
 // in-process, so the pipeline is in it); "" profiles nothing. Call stop when
 // the run ends.
 func CPUProfile(path string) (stop func(), err error) {
+	return CPUProfileWindow(path, 0, 0)
+}
+
+// CPUProfileWindow is CPUProfile over part of the run: from `from` after
+// the call until `to` after it (to 0: until stop), so that a streaming
+// job's steady state can be profiled without its start-up and
+// end-of-input flush, which weigh differently on each stage
+// (BENCHMARKS.md, "Trending's cost in steady state"). A stop before
+// `from` writes an empty file.
+func CPUProfileWindow(path string, from, to time.Duration) (stop func(), err error) {
 	if path == "" {
 		return func() {}, nil
 	}
@@ -61,11 +71,38 @@ func CPUProfile(path string) (stop func(), err error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, err
+	if from <= 0 && to <= 0 {
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return nil, err
+		}
+		return func() { pprof.StopCPUProfile(); f.Close() }, nil
 	}
-	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		defer f.Close()
+		select {
+		case <-done:
+			return
+		case <-time.After(from):
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			slog.Error("cpu profile", "err", err)
+			return
+		}
+		defer pprof.StopCPUProfile()
+		if to <= 0 {
+			<-done
+			return
+		}
+		select {
+		case <-done:
+		case <-time.After(to - from):
+		}
+	}()
+	return func() { close(done); <-finished }, nil
 }
 
 // HeapProfile writes the heap profile (in use and allocated, as pprof's

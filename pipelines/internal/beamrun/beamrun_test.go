@@ -50,3 +50,42 @@ func TestHeapProfile(t *testing.T) {
 	}
 	stop()
 }
+
+// CPUProfileWindow writes a gzipped profile for a window that started
+// (stopped early or at its end), an empty file when stopped before the
+// window, and its stop waits for the file to be closed.
+func TestCPUProfileWindow(t *testing.T) {
+	gz := func(path string) bool {
+		b, err := os.ReadFile(path)
+		return err == nil && len(b) >= 2 && b[0] == 0x1f && b[1] == 0x8b
+	}
+	dir := t.TempDir()
+	for _, c := range []struct {
+		name     string
+		from, to time.Duration
+		run      time.Duration
+		want     bool
+	}{
+		{"ended by its to", 10 * time.Millisecond, 60 * time.Millisecond, 200 * time.Millisecond, true},
+		{"ended by stop", 10 * time.Millisecond, 0, 100 * time.Millisecond, true},
+		{"stopped before from", time.Hour, 0, 20 * time.Millisecond, false},
+		{"whole run", 0, 0, 20 * time.Millisecond, true},
+	} {
+		path := filepath.Join(dir, c.name+".pprof")
+		stop, err := CPUProfileWindow(path, c.from, c.to)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(c.run)
+		stop()
+		if got := gz(path); got != c.want {
+			t.Errorf("%s: a gzipped profile %v, want %v", c.name, got, c.want)
+		}
+	}
+	// A new profile can start once a window is over: its stop stopped it.
+	stop, err := CPUProfile(filepath.Join(dir, "after.pprof"))
+	if err != nil {
+		t.Fatalf("a profile after the windows: %v", err)
+	}
+	stop()
+}
