@@ -144,6 +144,9 @@ func (f *Flags) Config(redisAddr string) (fastpath.Config, error) {
 	if f.Source == "" {
 		return cfg, fmt.Errorf("--source is required (file:PATH, synthetic:..., pubsub:projects/P/subscriptions/S)")
 	}
+	if f.CPUProfileFrom < 0 || f.CPUProfileTo < 0 || (f.CPUProfileTo > 0 && f.CPUProfileTo <= f.CPUProfileFrom) {
+		return cfg, fmt.Errorf("--cpuprofile_from %v, --cpuprofile_to %v: want 0 <= from < to (or to 0: the end)", f.CPUProfileFrom, f.CPUProfileTo)
+	}
 	spec, err := source.ParseSpec(f.Source)
 	if err != nil {
 		return cfg, err
@@ -274,9 +277,6 @@ func run(ctx context.Context, f *Flags) error {
 			return err
 		}
 		defer stopMetrics()
-	}
-	if f.CPUProfileFrom < 0 || f.CPUProfileTo < 0 || (f.CPUProfileTo > 0 && f.CPUProfileTo <= f.CPUProfileFrom) {
-		return fmt.Errorf("--cpuprofile_from %v, --cpuprofile_to %v: want 0 <= from < to (or to 0: the end)", f.CPUProfileFrom, f.CPUProfileTo)
 	}
 	stopProfile, err := beamrun.CPUProfileWindow(f.CPUProfile, f.CPUProfileFrom, f.CPUProfileTo)
 	if err != nil {

@@ -27,6 +27,30 @@ func TestConfigMissingFile(t *testing.T) {
 	}
 }
 
+// A profile window that ends before it starts, or negative, is refused by
+// Config, before any connection or job; a valid one is taken.
+func TestConfigProfileWindow(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		ok   bool
+	}{
+		{[]string{"--cpuprofile_from=30s", "--cpuprofile_to=120s"}, true},
+		{[]string{"--cpuprofile_from=30s"}, true},
+		{[]string{"--cpuprofile_from=30s", "--cpuprofile_to=30s"}, false},
+		{[]string{"--cpuprofile_from=-1s"}, false},
+	} {
+		var f Flags
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		f.Register(fs)
+		if err := fs.Parse(append([]string{"--source=pubsub:projects/p/subscriptions/s"}, c.args...)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Config(""); (err == nil) != c.ok {
+			t.Errorf("%v: Config error %v, want ok %v", c.args, err, c.ok)
+		}
+	}
+}
+
 // --help starts with the summary, lists this command's flags before Beam's,
 // and every flag once.
 func TestUsageOrder(t *testing.T) {
