@@ -10,6 +10,8 @@
 //	topk_stream_late_events_total                       events later than the allowed lateness, left to the exact path (topk/late_dropped)
 //	topk_stream_dead_letters_total{reason}              dead letters: reason "bad_beacon" (a beacon that does not decode; topk/bad_beacons) or "bad_event" (an event that fails validation; topk/bad_events)
 //	topk_stream_rules_dropped_total{reason}             events the countable-event rules drop: duplicate, blocked, bot, repeat, capped (topk/rules_dropped_*)
+//	topk_stream_trend_tallies_total                     distinct-users tallies the pre-aggregation sent to the trend scorer (topk/trend_tallies)
+//	topk_stream_trend_tally_bytes_total                 their encoded bytes (topk/trend_tally_bytes): trending's volume, which most of its cost follows
 //	topk_stream_publish_failures_total                  failed attempts to publish a list to Redis (each retried with backoff; the job keeps running)
 //	topk_stream_recovery_log_messages_total{op}         recovery log (internal/recoverylog): "logged" (written before the ack), "replayed" (by a restarted run), "already_logged" (a redelivery or a second copy of a beacon: acknowledged, not counted)
 //	topk_stream_recovery_log_last_write_timestamp_seconds  when the recovery log was last written: the checkpoint age is time() minus this
@@ -55,6 +57,12 @@ var (
 	rulesUnverified = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "topk_stream_rules_unverified_total", Help: "What the fast path's bounded rule state could not judge, counted rather than dropped (the over-count the exact path corrects): unchecked_events (event_id not remembered), untracked_events and forgotten_keys ((user, item) state not kept).",
 	}, []string{"kind"})
+	trendTallies = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "topk_stream_trend_tallies_total", Help: "Distinct-users tallies the pre-aggregation sent to the trend scorer (one per list, bucket and bundle).",
+	})
+	trendTallyBytes = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "topk_stream_trend_tally_bytes_total", Help: "Encoded bytes of the distinct-users tallies sent to the trend scorer: trending's volume, which most of its cost follows.",
+	})
 
 	publishFailures = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "topk_stream_publish_failures_total", Help: "Failed attempts to publish a list to Redis (retried with backoff).",
@@ -84,7 +92,7 @@ func Collector() prometheus.Collector { return collector{} }
 type collector struct{}
 
 func (collector) all() []prometheus.Collector {
-	return []prometheus.Collector{messages, events, late, deadLetters, rulesDropped, rulesUnverified, publishFailures, recoveryLog, recoveryLogWrite}
+	return []prometheus.Collector{messages, events, late, deadLetters, rulesDropped, rulesUnverified, trendTallies, trendTallyBytes, publishFailures, recoveryLog, recoveryLogWrite}
 }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
@@ -122,6 +130,13 @@ func RulesUnverified(unchecked, untracked, forgotten uint64) {
 	rulesUnverified.WithLabelValues("unchecked_events").Add(float64(unchecked))
 	rulesUnverified.WithLabelValues("untracked_events").Add(float64(untracked))
 	rulesUnverified.WithLabelValues("forgotten_keys").Add(float64(forgotten))
+}
+
+// TrendTallies adds n distinct-users tallies of the given total bytes
+// sent to the trend scorer.
+func TrendTallies(n, bytes int64) {
+	trendTallies.Add(float64(n))
+	trendTallyBytes.Add(float64(bytes))
 }
 
 // SourceMessages adds n messages read by source ("pubsub").

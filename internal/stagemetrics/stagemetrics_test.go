@@ -16,6 +16,7 @@ func TestPreaggAndRules(t *testing.T) {
 	RulesDropped("duplicate", 5)
 	RulesUnverified(6, 8, 9)
 	SourceMessages("pubsub", 7)
+	TrendTallies(2, 300)
 	fams, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -32,6 +33,8 @@ func TestPreaggAndRules(t *testing.T) {
 		"topk_stream_rules_unverified_total/unchecked_events": 6,
 		"topk_stream_rules_unverified_total/untracked_events": 8,
 		"topk_stream_rules_unverified_total/forgotten_keys":   9,
+		"topk_stream_trend_tallies_total":                     2,
+		"topk_stream_trend_tally_bytes_total":                 300,
 	} {
 		if got[k] != want {
 			t.Errorf("%s = %v, want %v (all: %v)", k, got[k], want, got)

@@ -306,6 +306,11 @@ var (
 	badEvents     = beam.NewCounter("topk", "bad_events")
 	lateDropped   = beam.NewCounter("topk", "late_dropped")
 	flushes       = beam.NewCounter("topk", "preagg_flushes")
+	// talliesCounter and tallyBytesCounter count the users tallies
+	// emitted and their bytes: trending's volume, which most of its cost
+	// follows (transforms/trend/trendbeam).
+	talliesCounter    = beam.NewCounter("topk", "trend_tallies")
+	tallyBytesCounter = beam.NewCounter("topk", "trend_tally_bytes")
 
 	// rulesDropped counts the events the rules drop, by reason
 	// (topk/rules_dropped_duplicate, ..._blocked, ..._bot, ..._repeat,
@@ -376,8 +381,9 @@ type preaggFn struct {
 	// most a bundle's distinct keys.
 	topBuf []summary.Counted
 
-	// per-bundle metric deltas, added once in flush
+	// per-bundle metric deltas, added once in FinishBundle
 	nEvents, nBadB, nBadE, nLate int64
+	nTallies, nTallyBytes        int64
 }
 
 type groupKey struct {
@@ -643,6 +649,8 @@ func (fn *preaggFn) flush(emit, tallies func(beam.EventTime, string, []byte), wi
 				panic(err) // fresh sketches: cannot fail
 			}
 			tallies(beam.EventTime(k.bucket), ListKey(k.typ, k.scope), b)
+			fn.nTallies++
+			fn.nTallyBytes += int64(len(b))
 		}
 		if !keep {
 			delete(fn.groups, k)
@@ -815,6 +823,12 @@ func (fn *preaggFn) FinishBundle(ctx context.Context, emit, tallies func(beam.Ev
 	lateDropped.Inc(ctx, fn.nLate)
 	stagemetrics.Preagg(fn.nEvents, fn.nBadB, fn.nBadE, fn.nLate)
 	fn.nEvents, fn.nBadB, fn.nBadE, fn.nLate = 0, 0, 0, 0
+	if fn.nTallies > 0 {
+		talliesCounter.Inc(ctx, fn.nTallies)
+		tallyBytesCounter.Inc(ctx, fn.nTallyBytes)
+		stagemetrics.TrendTallies(fn.nTallies, fn.nTallyBytes)
+		fn.nTallies, fn.nTallyBytes = 0, 0
+	}
 	if fn.filter != nil {
 		st := fn.filter.TakeStats()
 		for r := rules.OK + 1; r < rules.NumReasons; r++ {

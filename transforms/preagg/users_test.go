@@ -13,8 +13,10 @@ import (
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/mtime"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/topk-dev/topk/internal/memtest"
+	"github.com/topk-dev/topk/internal/stagemetrics"
 	"github.com/topk-dev/topk/schemas"
 	"github.com/topk-dev/topk/transforms/summary"
 	"github.com/topk-dev/topk/transforms/users"
@@ -204,11 +206,22 @@ func TestTalliesAcrossSummaryFlushes(t *testing.T) {
 	cfg.UsersTop = 2
 	cfg.MaxDistinct = 16 // a summary flush every few beacons
 	h := newHarness(t, cfg)
-	n := 0
+	n, bytes := 0, 0
 	tally := func(et beam.EventTime, list string, b []byte) {
 		n++
+		bytes += len(b)
 		h.tally(et, list, b)
 	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(stagemetrics.Collector())
+	gather := func() map[string]float64 {
+		fams, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return stagemetrics.Values(fams)
+	}
+	before := gather()
 	var events []schemas.Event
 	for i := range 300 {
 		at := t0.Add(time.Duration(i) * 10 * time.Millisecond) // one 10 s bucket
@@ -235,6 +248,14 @@ func TestTalliesAcrossSummaryFlushes(t *testing.T) {
 	h.fn.FinishBundle(context.Background(), h.emit, tally, nopDead)
 	if n != 1 {
 		t.Fatalf("%d tallies for one list and bucket, want 1", n)
+	}
+	// The volume counters the scorer's cost follows: the tally and its
+	// bytes, added at the bundle's end.
+	after := gather()
+	for k, want := range map[string]float64{"topk_stream_trend_tallies_total": 1, "topk_stream_trend_tally_bytes_total": float64(bytes)} {
+		if got := after[k] - before[k]; got != want {
+			t.Errorf("%s grew by %v, want %v", k, got, want)
+		}
 	}
 	tl := h.tallies["video/global"]
 	for _, c := range []struct {
