@@ -65,8 +65,11 @@
 // users), the step also keeps, per (list, partition, bucket), the (item,
 // user) hash pairs of the counted events, each user sampled by its trust
 // weight (users.Keep), and at each flush emits one users.Tally per (list,
-// bucket): a HyperLogLog of every distinct pair, and one of the users of
-// each partition's UsersTop biggest items (ApplyWithUsers). The pairs are
+// bucket): a sketch of every distinct pair, and one of the users of each
+// partition's UsersTop biggest items (ApplyWithUsers). The pairs of an
+// item whose users are an exact set in the tally are not in the pairs'
+// sketch: its set implies them (users.TallyWriter, version 3), which in
+// a small list is nearly every pair. The pairs are
 // bounded by Config.MaxPairs per bundle (an early flush, as for keys);
 // the tallies feed the trend scorer (transforms/trend/trendbeam).
 //
@@ -733,10 +736,13 @@ func (fn *preaggFn) tallyTop(g *group, p int, top []summary.Counted) []summary.C
 }
 
 // addTally adds one partition's users to its (list, bucket)'s tally t:
-// every pair into Pairs, and the users of top, the partition's UsersTop
-// biggest items (a partition's items are its own, so the partitions'
-// entries never meet, and each item is added to t once). One pass over
-// ps in arrival order: sketches ignore repeats, so the pairs need no
+// the users of top, the partition's UsersTop biggest items (a partition's
+// items are its own, so the partitions' entries never meet, and each item
+// is added to t once), and into Pairs the pairs of the other items and of
+// top items whose users turn into a HyperLogLog (the pairs of a top item
+// whose users stay a set are implied by that set: users.TallyWriter). One
+// pass over ps in arrival order (a second over the few pairs of dense
+// top items, if any): sketches ignore repeats, so the pairs need no
 // sorting or dedupe (sorting and searching them was about half of this
 // function's time in BenchmarkPreagg/all+users).
 func (fn *preaggFn) addTally(t *users.TallyWriter, top []summary.Counted, ps []pair) {
@@ -748,9 +754,23 @@ func (fn *preaggFn) addTally(t *users.TallyWriter, top []summary.Counted, ps []p
 		fn.sketches[i].ResetTally()
 	}
 	for _, q := range ps {
-		t.Pairs.AddHash(users.PairHash(q.user, q.item))
 		if i := fn.tops.get(q.item); i >= 0 {
 			fn.sketches[i].AddHash(q.user)
+		} else {
+			t.Pairs.AddHash(users.PairHash(q.user, q.item))
+		}
+	}
+	dense := false
+	for i := range top {
+		if !fn.sketches[i].IsSet() {
+			dense = true
+		}
+	}
+	if dense {
+		for _, q := range ps {
+			if i := fn.tops.get(q.item); i >= 0 && !fn.sketches[i].IsSet() {
+				t.Pairs.AddHash(users.PairHash(q.user, q.item))
+			}
 		}
 	}
 	for i, it := range top {

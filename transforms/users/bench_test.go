@@ -100,16 +100,27 @@ func benchPieces(b *testing.B, universe uint64) [][]byte {
 		var s Sketch
 		n := 0
 		for it, us := range users {
+			// As the pre-aggregation writes them: up to 1,024 items with
+			// their users, and in Pairs only the pairs their sets do not
+			// imply (the other items', and a dense item's).
+			name := fmt.Sprint("item", it)
 			if n == 1024 {
-				break
+				for _, h := range us {
+					w.Pairs.AddHash(PairHash(h, Hash(name)))
+				}
+				continue
 			}
 			n++
 			s.ResetTally()
 			for _, h := range us {
 				s.AddHash(h)
-				w.Pairs.AddHash(PairHash(h, it))
 			}
-			if err := w.Add(fmt.Sprint("item", it), uint64(len(us)), &s); err != nil {
+			if !s.IsSet() {
+				for _, h := range us {
+					w.Pairs.AddHash(PairHash(h, Hash(name)))
+				}
+			}
+			if err := w.Add(name, uint64(len(us)), &s); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/cespare/xxhash/v2"
+
 	"github.com/topk-dev/topk/internal/topn"
 )
 
@@ -37,11 +39,15 @@ func NewTally() *Tally {
 }
 
 // PairHash is the hash of a (user, item) pair from the user's Hash and the
-// item's hash (any 64-bit hash of the item, the same everywhere).
+// item's Hash (xxhash of its name, as summary.Hash). It reads only the
+// top 32 bits of the user's hash, the part a sketch's exact set keeps
+// (setHash), so a pair hashes the same from a user's hash and from an
+// entry of an item's set: a tally need not ship the pairs its items' sets
+// already hold (version 3 of the binary format).
 func PairHash(user, item uint64) uint64 {
 	// splitmix64's finaliser over a combination: pairs of different users
 	// or items land on independent-looking hashes.
-	x := user ^ (item * 0x9e3779b97f4a7c15)
+	x := (user &^ (1<<32 - 1)) ^ (item * 0x9e3779b97f4a7c15)
 	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
 	x = (x ^ x>>27) * 0x94d049bb133111eb
 	return x ^ x>>31
@@ -139,9 +145,9 @@ func (t *Tally) Trim(max int) {
 	}
 }
 
-// Tally binary format, version 2 (compact: a bucket's tally has hundreds
-// of items with a user or two each, so per-item framing was most of its
-// bytes):
+// Tally binary format, versions 2 and 3 (compact: a bucket's tally has
+// hundreds of items with a user or two each, so per-item framing was most
+// of its bytes):
 //
 //	"TKT" 0x02, precision (1 byte: the precision of the sets below)
 //	Pairs (a sketch body)
@@ -156,9 +162,24 @@ func (t *Tally) Trim(max int) {
 // written in no particular order (sorting them by name cost a fifth of
 // encoding a pre-aggregation's tallies): like the sketches', the encoding
 // is not canonical.
+//
+// In version 2, Pairs is the sketch of every pair. In version 3 (what
+// TallyWriter writes) the pairs of an item whose users are a set (a body
+// with hashes) are implied by that set: the tally's pairs are Pairs united
+// with PairHash(unset(x), Hash(item)) for each such item and each of its
+// set's hashes x, which a reader adds. So a writer leaves those pairs out
+// of Pairs (most of a small list's pairs: 17% of the tallies' bytes at
+// 100k events/s with every scope, BENCHMARKS.md), and a Pairs
+// that holds them anyway is still right (a union). Tally.AppendBinary
+// writes version 2: a tally united from pieces already holds every pair,
+// and reading it back need not derive them again. (Tallies of a
+// pre-aggregation from before PairHash read 32 bits, united with newer
+// ones during a deploy, count the pairs they share twice in Pairs: an
+// over-count of the denominator for the 5 minutes they are scored in.)
 const (
 	tallyMagic   = "TKT"
-	tallyVersion = 2
+	tallyVersion = 2 // Tally.AppendBinary's: Pairs is every pair
+	impliedPairs = 3 // TallyWriter's: Pairs and the pairs the items' sets imply
 )
 
 // AppendBinary appends t's binary form to dst.
@@ -223,14 +244,17 @@ func UnmarshalTally(data []byte) (*Tally, error) {
 	if len(data) < len(tallyMagic)+1 || string(data[:len(tallyMagic)]) != tallyMagic {
 		return nil, fmt.Errorf("%w: no %q header", ErrBadSketch, tallyMagic)
 	}
-	switch v := data[len(tallyMagic)]; v {
+	v := data[len(tallyMagic)]
+	switch v {
 	case 1:
 		return unmarshalTallyV1(data[len(tallyMagic)+1:])
-	case tallyVersion:
+	case tallyVersion, impliedPairs:
 	default:
-		return nil, fmt.Errorf("%w: tally version %d, want %d", ErrBadSketch, v, tallyVersion)
+		return nil, fmt.Errorf("%w: tally version %d, want %d or %d", ErrBadSketch, v, tallyVersion, impliedPairs)
 	}
 	t := NewTally()
+	var implied []sketchBody // version 3: the items' sets, for their pairs
+	var names [][]byte
 	err := walkTally(data, true, func(item []byte, count uint64, b sketchBody) error {
 		s, err := b.sketch()
 		if err != nil {
@@ -244,12 +268,27 @@ func UnmarshalTally(data []byte) (*Tally, error) {
 			return fmt.Errorf("%w: tally: item %q twice", ErrBadSketch, item)
 		}
 		t.Items[string(item)] = &TallyEntry{Count: count, Users: s}
+		if v == impliedPairs && len(b.set) > 0 {
+			implied, names = append(implied, b), append(names, item)
+		}
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
+	for i, b := range implied {
+		b.addPairsTo(&t.Pairs, names[i])
+	}
 	return t, nil
+}
+
+// addPairsTo adds to pairs the (user, item) pairs of item whose users are
+// the body's set (version 3's implied pairs).
+func (b sketchBody) addPairsTo(pairs *Sketch, item []byte) {
+	ih := xxhash.Sum64(item)
+	for i := 0; i < len(b.set); i += 4 {
+		pairs.AddHash(PairHash(unset(binary.LittleEndian.Uint32(b.set[i:])), ih))
+	}
 }
 
 // sketch decodes the body into a sketch of its own (empty: of the
@@ -323,9 +362,13 @@ func (t *Tally) MarshalBinary() ([]byte, error) { return t.AppendBinary(nil) }
 // to encode it cost a map insert and a cloned name per item (about a
 // third of its tally time at 100k events/s, BENCHMARKS.md). The caller
 // adds each item at most once (the format has no repeats: UnmarshalTally
-// rejects them). The zero value is not ready: use NewTallyWriter.
+// rejects them). It writes version 3: a reader adds the pairs of the
+// items whose users are a set, so Pairs need only hold the others (the
+// pairs of items not added, or added with a dense sketch: see IsSet).
+// The zero value is not ready: use NewTallyWriter.
 type TallyWriter struct {
-	// Pairs is the sketch of every (user, item) pair (Tally.Pairs).
+	// Pairs is the sketch of the (user, item) pairs (Tally.Pairs) that
+	// the items' sets do not imply; more is harmless.
 	Pairs Sketch
 	n     int
 	items []byte // the items' encoding (without the number of items before them)
@@ -359,12 +402,13 @@ func (w *TallyWriter) Add(item string, count uint64, u *Sketch) error {
 	return nil
 }
 
-// AppendBinary appends the tally's binary form (what Tally.AppendBinary
-// writes for the same items) to dst.
+// AppendBinary appends the tally's binary form (version 3: what
+// Tally.AppendBinary writes for the same items, but for the pairs the
+// items' sets imply) to dst.
 func (w *TallyWriter) AppendBinary(dst []byte) ([]byte, error) {
 	dst = slices.Grow(dst, 16+w.Pairs.sizeHint()+len(w.items))
 	dst = append(dst, tallyMagic...)
-	dst = append(dst, tallyVersion, TallyPrecision)
+	dst = append(dst, impliedPairs, TallyPrecision)
 	var err error
 	if dst, err = appendBody(dst, &w.Pairs); err != nil {
 		return nil, err
@@ -382,13 +426,23 @@ func (s *Sketch) ResetTally() {
 // Empty reports whether no user was added.
 func (s *Sketch) Empty() bool { return s.empty() }
 
+// IsSet reports whether s is an exact set of hashes, not a HyperLogLog,
+// normalising it first (a set's unsorted tail may make it dense): whether
+// a tally written now would hold its users as a set, whose pairs a
+// version 3 reader derives (TallyWriter).
+func (s *Sketch) IsSet() bool {
+	s.norm()
+	return s.hll == nil
+}
+
 // AbsorbBinary unites the tally encoded in data into t, as Absorb of the
 // decoded tally would, without building it: an item t already has takes
 // the piece's count and users straight from the bytes (its users join
 // the set's unsorted tail), so a scorer uniting one piece per
 // pre-aggregation flush allocates only for items new to t (uniting the
 // pieces, each decoded into a map of its own, was half of the scorer's
-// timer CPU in BENCHMARKS.md's profiles). The whole input's framing is
+// timer CPU in BENCHMARKS.md's profiles); a version 3 tally's implied
+// pairs go into t.Pairs as its items are united. The whole input's framing is
 // checked, and its HyperLogLogs decoded, before anything is united (a
 // set's order is not: its hashes join the unsorted tail, sorted and
 // deduplicated when the sketch is next normalised, so an out-of-order set
@@ -399,7 +453,8 @@ func (s *Sketch) Empty() bool { return s.empty() }
 // tally can give it, may still fail half-way with ErrPrecision.) An item
 // repeated in data (which no encoder here writes) is united twice.
 func (t *Tally) AbsorbBinary(data []byte) error {
-	if len(data) < len(tallyMagic)+2 || string(data[:len(tallyMagic)]) != tallyMagic || data[len(tallyMagic)] != tallyVersion {
+	if len(data) < len(tallyMagic)+2 || string(data[:len(tallyMagic)]) != tallyMagic ||
+		data[len(tallyMagic)] != tallyVersion && data[len(tallyMagic)] != impliedPairs {
 		// Not the current version (or not a tally): the general path.
 		o, err := UnmarshalTally(data)
 		if err != nil {
@@ -430,6 +485,7 @@ func (t *Tally) AbsorbBinary(data []byte) error {
 	// pane.
 	var slab []TallyEntry
 	next := 16
+	implied := data[len(tallyMagic)] == impliedPairs
 	return walkTally(data, false, func(item []byte, count uint64, b sketchBody) error {
 		s := &t.Pairs
 		if item != nil {
@@ -444,6 +500,9 @@ func (t *Tally) AbsorbBinary(data []byte) error {
 			}
 			e.Count += count
 			s = &e.Users
+			if implied {
+				b.addPairsTo(&t.Pairs, item)
+			}
 		}
 		if b.hll != nil {
 			d := &hlls[0]
@@ -455,7 +514,7 @@ func (t *Tally) AbsorbBinary(data []byte) error {
 	})
 }
 
-// sketchBody is one sketch body of a version 2 tally: a set's hashes
+// sketchBody is one sketch body of a version 2 or 3 tally: a set's hashes
 // (4 bytes each) or a HyperLogLog's encoding, or neither (empty).
 type sketchBody struct {
 	p        uint8
@@ -485,7 +544,7 @@ func (b sketchBody) mergeSetInto(s *Sketch) {
 	}
 }
 
-// walkTally walks a version 2 tally, calling visit for Pairs (item nil;
+// walkTally walks a version 2 or 3 tally, calling visit for Pairs (item nil;
 // an item's name is never nil, even when empty) and then for every item
 // in order, and checks its framing: every length, no trailing bytes, and
 // with check each set's size and order too.

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -372,5 +373,97 @@ func TestTallyAbsorbBinary(t *testing.T) {
 		if err := base.AbsorbBinary(bad); err != nil {
 			same(fmt.Sprint("after corrupting byte ", i), base, ref)
 		}
+	}
+}
+
+// TestTallyImpliedPairs: a version 3 tally whose Pairs leaves out the
+// pairs of the items whose users are a set (as the pre-aggregation writes
+// it) reads back, by UnmarshalTally and by AbsorbBinary (twice: a retried
+// piece), with every pair: the exact count while the pairs are few, within
+// the sketch's error when they are many; and a Pairs that holds them
+// anyway counts them once.
+func TestTallyImpliedPairs(t *testing.T) {
+	for _, c := range []struct {
+		name             string
+		items, perItem   int // items in the tally, users of each
+		dense, untracked int // users of one more item (dense when > 1,024), pairs of items not in the tally
+		withImplied      bool
+	}{
+		{"few", 20, 5, 0, 30, false},
+		{"few, implied pairs also in Pairs", 20, 5, 0, 30, true},
+		{"many", 300, 4, 3000, 2000, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := NewTallyWriter()
+			exact := map[uint64]bool{}
+			var u Sketch
+			add := func(item string, n int, inPairs bool) {
+				u.ResetTally()
+				for j := range n {
+					h := Hash(fmt.Sprint(item, "/u", j%(n/2+1))) // repeats too
+					u.AddHash(h)
+					ph := PairHash(h, Hash(item))
+					exact[ph] = true
+					if inPairs {
+						w.Pairs.AddHash(ph)
+					}
+				}
+				if err := w.Add(item, uint64(n), &u); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i := range c.items {
+				add(fmt.Sprint("item", i), c.perItem, c.withImplied)
+			}
+			if c.dense > 0 {
+				add("dense", c.dense, true) // a HyperLogLog implies nothing
+				if u.IsSet() {
+					t.Fatalf("%d users still a set", c.dense)
+				}
+			}
+			for i := range c.untracked {
+				ph := PairHash(Hash(fmt.Sprint("v", i)), Hash(fmt.Sprint("tail", i%7)))
+				exact[ph] = true
+				w.Pairs.AddHash(ph)
+			}
+			enc, err := w.AppendBinary(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := float64(len(exact))
+			check := func(how string, got uint64) {
+				t.Helper()
+				if len(exact) <= setMax(TallyPrecision) && float64(got) != want {
+					t.Errorf("%s: %d pairs, want %v (exact)", how, got, want)
+				} else if d := math.Abs(float64(got)-want) / want; d > 0.05 {
+					t.Errorf("%s: %d pairs, want %v within 5%%", how, got, want)
+				}
+			}
+			dec, err := UnmarshalTally(enc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			check("UnmarshalTally", dec.Pairs.Estimate())
+			abs := NewTally()
+			for range 2 {
+				if err := abs.AbsorbBinary(enc); err != nil {
+					t.Fatal(err)
+				}
+			}
+			check("AbsorbBinary twice", abs.Pairs.Estimate())
+			// Re-encoded (version 2, every pair in Pairs) and read again.
+			again, err := abs.MarshalBinary()
+			if err != nil {
+				t.Fatal(err)
+			}
+			re, err := UnmarshalTally(again)
+			if err != nil {
+				t.Fatal(err)
+			}
+			check("version 2 of the union", re.Pairs.Estimate())
+			if without := w.Pairs.Estimate(); !c.withImplied && float64(without) >= want {
+				t.Fatalf("Pairs alone holds %d of %v pairs: the case implies none", without, want)
+			}
+		})
 	}
 }

@@ -207,7 +207,7 @@ func TestExpect(t *testing.T) {
 		sparse, ready := Sketch{p: TallyPrecision}, Sketch{p: TallyPrecision}
 		ready.Expect(n)
 		for i := range n {
-			h := PairHash(uint64(i), 42)
+			h := PairHash(uint64(i)<<32, 42)
 			sparse.AddHash(h)
 			ready.AddHash(h)
 		}
