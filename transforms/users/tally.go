@@ -149,7 +149,7 @@ func (t *Tally) Trim(max int) {
 // hundreds of items with a user or two each, so per-item framing was most
 // of its bytes):
 //
-//	"TKT" 0x02, precision (1 byte: the precision of the sets below)
+//	"TKT" 0x02 or 0x03 (the version), precision (1 byte: the precision of the sets below)
 //	Pairs (a sketch body)
 //	uvarint n, then n times: uvarint len, item; uvarint count; users (a
 //	sketch body)
