@@ -26,13 +26,15 @@
 // and of the users of each partition's preagg.Config.UsersTop biggest
 // items, and a small list's partitions see fewer items than that in a
 // bundle, so nearly all of its pairs are shipped (at 100k events/s with
-// every scope, about 290 tallies a second, 9 bytes per (event, scope)).
+// every scope, about 290 tallies a second, 22 bytes per counted event:
+// topk/trend_tallies and topk/trend_tally_bytes count them).
 // Each tally crosses the runner four times: the emit, this step's input,
 // its append to Pieces and the read when the list is next scored. Per
 // (list, Every) come the pieces' union into panes, the 5 minutes' union
 // and the score. Measured in steady state on 2 cores (BENCHMARKS.md,
 // "Trending against the event rate"): 18-27% of the fast path's CPU from
-// 100k to 400k events/s, most of it the tallies' bytes.
+// 100k to 400k events/s, much of it building, moving and uniting the
+// tallies.
 package trendbeam
 
 import (
