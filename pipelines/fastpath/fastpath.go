@@ -280,6 +280,9 @@ func (c Config) cutN(n int) int {
 		return n
 	}
 	bn, p := c.Preagg.Summary.N, max(c.Preagg.Partitions, 1)
+	if rp := c.Preagg.RegionPartitions; rp > 0 {
+		p = min(p, rp) // the lists with the fewest partitions have the biggest share
+	}
 	share := (c.Lists.K + c.Lists.Margin + p - 1) / p
 	return min(bn, max(bn/4, 4*share))
 }

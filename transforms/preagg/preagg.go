@@ -19,6 +19,27 @@
 // timestamp, which follows the source's clock) are counted in the
 // late_dropped metric and left to the exact path.
 //
+// # Partitions
+//
+// An item of a list lives in one of the list's partitions, so the
+// partitions' summaries never share an item and a list's top K is inside
+// the union of its partitions' tops (transforms/merge). The global and
+// country lists use all P partitions (Config.Partitions, 16), each region
+// list only Config.RegionPartitions of them (4): the RegionPartitions
+// consecutive partitions (mod P) from one chosen by the list's type and
+// region, so the many region lists spread over the P keys. Each (list,
+// partition) carries the sliding windows' fixed cost (transforms/slide:
+// its panes, minutes and aggregates, each cut to at least four times the
+// list's K + margin over its partitions), and a region list's share of the
+// events is small (three types x four regions of each country, 240 of the
+// 303 lists with 20 countries): in 16 partitions, a region list's 5m
+// aggregates filled all 16 x 1,024 entries of the cut with a long tail
+// that four partitions of 1,100 hold as well (K + margin = 1,100 is
+// what the list publishes). A region list's buckets keep 4 x N entries (N
+// = 4,096 per partition), more than its events hold per bucket unless a
+// region sees about 16k events per type in 10 s; a busier region's
+// buckets are cut as the busiest lists' are, with the same bounds.
+//
 // # Countable-event rules
 //
 // With Config.Rules set, every event that passed validation and the
@@ -66,7 +87,8 @@
 // user) hash pairs of the counted events, each user sampled by its trust
 // weight (users.Keep), and at each flush emits one users.Tally per (list,
 // bucket): a sketch of every distinct pair, and one of the users of each
-// partition's UsersTop biggest items (ApplyWithUsers). The pairs of an
+// partition's UsersTop biggest items (ApplyWithUsers; UsersTop x P / 4 in
+// each of a region list's 4 partitions, the same room per list). The pairs of an
 // item whose users are an exact set in the tally are not in the pairs'
 // sketch: its set implies them (users.TallyWriter, version 3), which in
 // a small list is nearly every pair. The pairs are
@@ -88,6 +110,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -105,8 +128,15 @@ import (
 // Config shapes the step. Zero values are not defaults: start from
 // DefaultConfig.
 type Config struct {
-	// Partitions is P: every item lives in partition Hash(item) mod P.
+	// Partitions is P: an item of a list lives in one partition, chosen by
+	// its hash: in the global and country lists, Partition(Hash(item), P).
 	Partitions int
+	// RegionPartitions, when in [1, P), is how many partitions each
+	// region's lists use: the RegionPartitions consecutive ones (mod P)
+	// from one chosen by the list's type and region, an item in the
+	// (Partition(Hash(item), RegionPartitions))-th of them. 0 or P and
+	// more: P, as the other lists. See the package doc ("Partitions").
+	RegionPartitions int
 	// Bucket is the event-time bucket (10 s).
 	Bucket time.Duration
 	// AllowedLateness: an event whose bucket ended more than this before the
@@ -158,12 +188,13 @@ func DefaultRules() rules.Config {
 // DefaultConfig is the fast path's configuration.
 func DefaultConfig() Config {
 	return Config{
-		Partitions:      16,
-		Bucket:          10 * time.Second,
-		AllowedLateness: 2 * time.Minute,
-		Summary:         summary.DefaultConfig(),
-		MaxDistinct:     1 << 18,
-		Scopes:          true,
+		Partitions:       16,
+		RegionPartitions: 4,
+		Bucket:           10 * time.Second,
+		AllowedLateness:  2 * time.Minute,
+		Summary:          summary.DefaultConfig(),
+		MaxDistinct:      1 << 18,
+		Scopes:           true,
 	}
 }
 
@@ -171,6 +202,9 @@ func DefaultConfig() Config {
 func (c Config) Validate() error {
 	if c.Partitions < 1 || c.Partitions > 4096 {
 		return fmt.Errorf("partitions %d outside [1, 4096]", c.Partitions)
+	}
+	if c.RegionPartitions < 0 || c.RegionPartitions > 4096 {
+		return fmt.Errorf("region partitions %d outside [0, 4096]", c.RegionPartitions)
 	}
 	if c.Bucket < time.Millisecond || c.Bucket%time.Millisecond != 0 {
 		return fmt.Errorf("bucket %v is not a positive whole number of milliseconds", c.Bucket)
@@ -263,6 +297,7 @@ func ApplyWithUsers(s beam.Scope, beacons beam.PCollection, cfg Config) (summari
 func newPreaggFn(cfg Config) (*preaggFn, error) {
 	fn := &preaggFn{
 		Partitions:  cfg.Partitions,
+		RegionParts: cfg.RegionPartitions,
 		BucketMs:    cfg.Bucket.Milliseconds(),
 		LatenessMs:  cfg.AllowedLateness.Milliseconds(),
 		N:           cfg.Summary.N,
@@ -342,6 +377,7 @@ func init() {
 // preaggFn is the per-bundle map. Exported fields are its configuration.
 type preaggFn struct {
 	Partitions  int
+	RegionParts int
 	BucketMs    int64
 	LatenessMs  int64
 	N           int
@@ -365,12 +401,11 @@ type preaggFn struct {
 	groups   map[groupKey]*group
 	free     []*summary.Counter // reset counters for reuse
 	distinct int
-	pairs    int                // (item, user) pairs held for the tallies
-	tops     topIndex           // addTally's scratch: a top item's hash to its index
-	sketches []users.Sketch     // addTally's scratch: the top items' users
-	tw       *users.TallyWriter // flush's scratch: the group's tally
-	last     *group             // the group of the previous event: most events share it
-	lastKey  groupKey
+	pairs    int                   // (item, user) pairs held for the tallies
+	tops     topIndex              // addTally's scratch: a top item's hash to its index
+	sketches []users.Sketch        // addTally's scratch: the top items' users
+	tw       *users.TallyWriter    // flush's scratch: the group's tally
+	last     [3][lastGroups]*group // the groups last used at each scope position, newest first (see group)
 	scopes   []string
 	buf      []byte
 
@@ -383,6 +418,10 @@ type preaggFn struct {
 	// topBuf is flush's scratch for a counter's top items (TopInto): at
 	// most a bundle's distinct keys.
 	topBuf []summary.Counted
+	// candBuf is stash's and tallyTop's scratch for the candidates (at
+	// most 4 x UsersTop + a counter's top); tallyTop's result lives in
+	// it until the next call.
+	candBuf []summary.Counted
 
 	// per-bundle metric deltas, added once in FinishBundle
 	nEvents, nBadB, nBadE, nLate int64
@@ -395,14 +434,22 @@ type groupKey struct {
 }
 
 type group struct {
-	key      groupKey
-	counters []*summary.Counter // by partition, nil until used
-	pairs    [][]pair           // by partition: counted (item, user) pairs, with UsersTop
+	key groupKey
+	// The list's partitions: np of them from off (mod P; see
+	// Config.RegionPartitions), and the users tallies' top items per
+	// partition, UsersTop x P / np, so that a list's tally has room for
+	// as many items whatever its partitions.
+	off, np, usersTop int
+	counters          []*summary.Counter // by partition, nil until used
+	pairs             [][]pair           // by partition: counted (item, user) pairs, with UsersTop
 	// cands, by partition (nil until used): the biggest items of the
 	// summaries flushed since the last tally, by item hash, counts summed;
 	// at most 4 x UsersTop each (see stash).
 	cands []map[uint64]summary.Counted
 }
+
+// lastGroups is how many groups group remembers per scope position.
+const lastGroups = 4
 
 // anonymous tells an event without an account (its user hash is its
 // event_id's) from an account of the same name.
@@ -486,7 +533,7 @@ func (fn *preaggFn) ProcessElement(ctx context.Context, et beam.EventTime, beaco
 		}
 		fn.nEvents++
 		h := summary.Hash(e.Item)
-		p := summary.Partition(h, fn.Partitions)
+		pAll := summary.Partition(h, fn.Partitions) // the partition in lists that use all P
 		scopes := fn.scopes[:0]
 		if fn.Scopes {
 			scopes = e.Scopes(fn.scopes)
@@ -494,8 +541,12 @@ func (fn *preaggFn) ProcessElement(ctx context.Context, et beam.EventTime, beaco
 			scopes = append(scopes, schemas.ScopeGlobal)
 		}
 		fn.scopes = scopes
-		for _, sc := range scopes {
-			g := fn.group(e.Type, sc, bucket)
+		for i, sc := range scopes {
+			g := fn.group(i, e.Type, sc, bucket)
+			p := pAll
+			if g.np != fn.Partitions {
+				p = (g.off + summary.Partition(h, g.np)) % fn.Partitions
+			}
 			c := g.counters[p]
 			if c == nil {
 				c = fn.counter()
@@ -536,20 +587,36 @@ func (fn *preaggFn) ProcessElement(ctx context.Context, et beam.EventTime, beaco
 	return nil
 }
 
-// group returns the group for (typ, scope, bucket), creating it. The strings
-// may point into the beacon: they are cloned before being kept as a map key.
-func (fn *preaggFn) group(typ, scope string, bucket int64) *group {
-	if fn.last != nil && fn.lastKey.bucket == bucket && fn.lastKey.typ == typ && fn.lastKey.scope == scope {
-		return fn.last
+// group returns the group for (typ, scope, bucket), creating it; i is the
+// scope's position among the event's scopes (global, country, region).
+// The strings may point into the beacon: they are cloned before being
+// kept as a map key. The last few groups of each position are
+// remembered (one per type, as long as there are at most lastGroups
+// types): with every scope, the map lookup (hashing two strings) was 4
+// of 122 CPU-s at 200k events/s when one remembered group served the
+// three positions in turn and the types alternated.
+func (fn *preaggFn) group(i int, typ, scope string, bucket int64) *group {
+	i = min(i, len(fn.last)-1)
+	last := &fn.last[i]
+	for _, g := range last {
+		if g != nil && g.key.bucket == bucket && g.key.scope == scope && g.key.typ == typ {
+			return g
+		}
 	}
 	k := groupKey{typ: typ, scope: scope, bucket: bucket}
 	g, ok := fn.groups[k]
 	if !ok {
 		k = groupKey{typ: strings.Clone(typ), scope: strings.Clone(scope), bucket: bucket}
-		g = &group{key: k, counters: make([]*summary.Counter, fn.Partitions)}
+		g = &group{key: k, counters: make([]*summary.Counter, fn.Partitions), np: fn.Partitions}
+		if rp := fn.RegionParts; rp > 0 && rp < fn.Partitions && schemas.IsRegion(scope) {
+			g.np = rp
+			g.off = summary.Partition(summary.Hash(typ+"\x00"+scope), fn.Partitions)
+		}
+		g.usersTop = fn.UsersTop * fn.Partitions / g.np
 		fn.groups[k] = g
 	}
-	fn.last, fn.lastKey = g, g.key
+	copy(last[1:], last[:len(last)-1])
+	last[0] = g
 	return g
 }
 
@@ -609,10 +676,21 @@ func (fn *preaggFn) flush(emit, tallies func(beam.EventTime, string, []byte), wi
 					o = &out{}
 					outs[ok] = o
 				}
+				sm := c.Summary(fn.cfg)
 				o.keys = append(o.keys, ListKey(k.typ, k.scope))
-				o.sums = append(o.sums, c.Summary(fn.cfg))
+				o.sums = append(o.sums, sm)
 				if g.pairs != nil && len(g.pairs[p]) > 0 {
-					fn.topBuf = c.TopInto(fn.topBuf, fn.UsersTop)
+					if g.usersTop <= len(sm.Entries) || len(sm.Entries) == c.Len() {
+						fn.topBuf = summaryTop(fn.topBuf, sm, g.usersTop)
+					} else {
+						// More items wanted than the summary keeps
+						// (UsersTop > N): from the counter, whose names
+						// its reset reuses.
+						fn.topBuf = c.TopInto(fn.topBuf, g.usersTop)
+						for i := range fn.topBuf {
+							fn.topBuf[i].Item = strings.Clone(fn.topBuf[i].Item)
+						}
+					}
 					top = fn.topBuf
 				}
 			}
@@ -667,17 +745,34 @@ func (fn *preaggFn) flush(emit, tallies func(beam.EventTime, string, []byte), wi
 		}
 		emit(beam.EventTime(k[0]), PartitionKey(int(k[1])), append([]byte(nil), fn.buf...))
 	}
-	fn.last = nil
+	fn.last = [3][lastGroups]*group{}
 	fn.distinct = 0
 	if withTallies {
 		fn.pairs = 0
 	}
 }
 
-// stash keeps top (a counter's biggest items, valid until it is reset)
-// as candidates for partition p's next tally, adding to the counts of
-// those already kept. Past 4 x UsersTop candidates it keeps the 2 x
-// UsersTop biggest, so a bundle of many summary flushes holds a bounded
+// summaryTop returns the n biggest entries of sm, the summary a counter
+// just built (its entries' counts are exact, Lo = Hi), as Counted items in
+// buf's memory. A counter's summary keeps its N biggest items in the order
+// of CompareCounted (count, then hash), so for n <= N these are exactly
+// the counter's Top(n), taken from at most N entries instead of a second
+// pass over every item counted (Counter.TopInto was 1.8 s of a 90 s
+// profile at 400k events/s, every scope, where bundles flush their
+// summaries many times); and the names are the summary's own strings, so
+// they outlive the counter's reset without a copy (stash keeps them).
+func summaryTop(buf []summary.Counted, sm *summary.Summary, n int) []summary.Counted {
+	all := slices.Grow(buf[:0], len(sm.Entries))
+	for _, e := range sm.Entries {
+		all = append(all, summary.Counted{Item: e.Item, Hash: e.Hash, Count: e.Lo})
+	}
+	return summary.SelectTop(all, n)
+}
+
+// stash keeps top (a counter's biggest items, from summaryTop: their
+// names outlive the counter) as candidates for partition p's next tally, adding to the counts of
+// those already kept. Past 4 x g.usersTop candidates it keeps the 2 x
+// g.usersTop biggest, so a bundle of many summary flushes holds a bounded
 // number.
 func (fn *preaggFn) stash(g *group, p int, top []summary.Counted) {
 	if len(top) == 0 {
@@ -696,22 +791,23 @@ func (fn *preaggFn) stash(g *group, p int, top []summary.Counted) {
 			c.Count += it.Count
 			m[it.Hash] = c
 		} else {
-			m[it.Hash] = summary.Counted{Item: strings.Clone(it.Item), Hash: it.Hash, Count: it.Count}
+			m[it.Hash] = it
 		}
 	}
-	if len(m) > 4*fn.UsersTop {
-		all := make([]summary.Counted, 0, len(m))
+	if len(m) > 4*g.usersTop {
+		all := slices.Grow(fn.candBuf[:0], len(m))
+		defer func() { fn.candBuf = all[:0] }()
 		for _, c := range m {
 			all = append(all, c)
 		}
-		keep := summary.SelectTop(all, 2*fn.UsersTop)
+		keep := summary.SelectTop(all, 2*g.usersTop)
 		for _, c := range all[len(keep):] {
 			delete(m, c.Hash)
 		}
 	}
 }
 
-// tallyTop returns partition p's UsersTop biggest items for its tally: the
+// tallyTop returns partition p's g.usersTop biggest items for its tally: the
 // candidates stashed from earlier summary flushes and the current
 // counter's top (nil if it has none), counts added where they meet. It
 // uses the candidates up.
@@ -720,7 +816,8 @@ func (fn *preaggFn) tallyTop(g *group, p int, top []summary.Counted) []summary.C
 		return top
 	}
 	m := g.cands[p]
-	all := make([]summary.Counted, 0, len(top)+len(m))
+	all := slices.Grow(fn.candBuf[:0], len(top)+len(m))
+	defer func() { fn.candBuf = all[:0] }()
 	for _, it := range top {
 		if c, ok := m[it.Hash]; ok {
 			it.Count += c.Count
@@ -732,7 +829,7 @@ func (fn *preaggFn) tallyTop(g *group, p int, top []summary.Counted) []summary.C
 		all = append(all, c)
 	}
 	g.cands[p] = nil
-	return summary.SelectTop(all, fn.UsersTop)
+	return summary.SelectTop(all, g.usersTop)
 }
 
 // addTally adds one partition's users to its (list, bucket)'s tally t:

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -257,7 +258,10 @@ func benchBeaconsSeed(tb testing.TB, seed uint64, n, size int, span time.Duratio
 func BenchmarkPreagg(b *testing.B) {
 	const size = 500
 	beacons := benchBeacons(b, (1<<18)/size, size, 5*time.Minute)
-	for _, name := range []string{"off", "none", "all", "all+users", "all+users/1s"} {
+	// all+users/summaries: a cap on distinct keys (MaxDistinct) small
+	// enough that a bundle flushes its summaries many times before its
+	// tallies, as at 400k events/s with every scope.
+	for _, name := range []string{"off", "none", "all", "all+users", "all+users/1s", "all+users/summaries"} {
 		b.Run(name, func(b *testing.B) {
 			cfg := DefaultConfig()
 			switch name {
@@ -268,10 +272,13 @@ func BenchmarkPreagg(b *testing.B) {
 			case "all":
 				rc := DefaultRules()
 				cfg.Rules = &rc
-			case "all+users", "all+users/1s":
+			case "all+users", "all+users/1s", "all+users/summaries":
 				rc := DefaultRules()
 				cfg.Rules = &rc
 				cfg.UsersTop = 64
+				if name == "all+users/summaries" {
+					cfg.MaxDistinct = 1 << 14
+				}
 			}
 			flushEvery := len(beacons) // beacons per flush
 			if name == "all+users/1s" {
@@ -341,5 +348,115 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Property: a region's list counts its items in RegionPartitions
+// consecutive partitions (mod P), each item in one of them and the same
+// one in every bucket, while the global and country lists use all P; the
+// counts are those of the events either way, and the region lists of
+// different regions or types start at different partitions. A list's
+// users tally has room for as many items (UsersTop per partition of 16,
+// 4 x UsersTop per partition of 4).
+func TestRegionPartitions(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Partitions, cfg.RegionPartitions, cfg.UsersTop = 16, 4, 8
+	h := newHarness(t, cfg)
+	parts := map[string]map[int]bool{}   // list -> partitions it appeared in
+	where := map[string]map[string]int{} // list -> item -> its partition
+	emit := func(et beam.EventTime, key string, set []byte) {
+		p, err := strconv.Atoi(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		must(t, summary.EachInSet(set, func(list string, b []byte) error {
+			sm, err := summary.Unmarshal(b)
+			if err != nil {
+				return err
+			}
+			l := strings.ReplaceAll(list, "\x00", "/")
+			if parts[l] == nil {
+				parts[l], where[l] = map[int]bool{}, map[string]int{}
+			}
+			parts[l][p] = true
+			for _, e := range sm.Entries {
+				if q, ok := where[l][e.Item]; ok && q != p {
+					t.Errorf("%s: %s in partitions %d and %d", l, e.Item, q, p)
+				}
+				where[l][e.Item] = p
+			}
+			return nil
+		}))
+		h.emit(et, key, set)
+	}
+	bucketTallies := map[string]map[beam.EventTime]int{} // list -> bucket -> items
+	tally := func(et beam.EventTime, list string, b []byte) {
+		tl, err := users.UnmarshalTally(b)
+		must(t, err)
+		if bucketTallies[list] == nil {
+			bucketTallies[list] = map[beam.EventTime]int{}
+		}
+		bucketTallies[list][et] += len(tl.Items)
+	}
+	want := map[string]uint64{}
+	var events []schemas.Event
+	for i := range 4000 {
+		e := ev(fmt.Sprintf("e%d", i), fmt.Sprintf("v%d", i%500), fmt.Sprintf("u%d", i), t0.Add(time.Duration(i)*10*time.Millisecond))
+		e.Country, e.Region = "IN", []string{"IN-MH", "IN-KA"}[i%2]
+		if i%3 == 0 {
+			e.Type, e.Item = "hashtag", "#"+e.Item
+		}
+		events = append(events, e)
+		for _, sc := range []string{"global", e.Country, e.Region} {
+			want[e.Type+"/"+sc+"/"+e.Item]++
+		}
+	}
+	b, err := schemas.MarshalBeacon(&schemas.Beacon{BeaconID: "b", Events: events})
+	must(t, err)
+	must(t, h.fn.ProcessElement(context.Background(), mtime.FromTime(t0.Add(time.Minute)), b, emit, tally, nopDead))
+	h.fn.FinishBundle(context.Background(), emit, tally, nopDead)
+	for k, n := range want {
+		if h.counts[k] != n {
+			t.Errorf("%s counted %d, want %d", k, h.counts[k], n)
+		}
+	}
+	if len(h.counts) != len(want) {
+		t.Errorf("%d items counted, want %d", len(h.counts), len(want))
+	}
+	starts := map[int]bool{}
+	for l, ps := range parts {
+		typ, scope, _ := strings.Cut(l, "/")
+		if !schemas.IsRegion(scope) {
+			if len(ps) != 16 {
+				t.Errorf("%s in %d partitions, want all 16", l, len(ps))
+			}
+			continue
+		}
+		if len(ps) != 4 {
+			t.Errorf("%s in %d partitions %v, want 4", l, len(ps), ps)
+		}
+		off := summary.Partition(summary.Hash(typ+"\x00"+scope), 16)
+		for i := range 4 {
+			if !ps[(off+i)%16] {
+				t.Errorf("%s: partitions %v, want the 4 from %d", l, ps, off)
+			}
+		}
+		starts[off] = true
+	}
+	if len(starts) < 2 {
+		t.Errorf("the four region lists all start at the same partition: %v", starts)
+	}
+	// Each 10 s bucket: about 470 video items globally (29 a partition of
+	// 16) and 230 in IN-MH (58 a partition of 4): every partition's top
+	// is full, so a bucket's tally has 16 x UsersTop items in both.
+	for _, l := range []string{"video\x00global", "video\x00IN-MH"} {
+		if len(bucketTallies[l]) < 4 {
+			t.Errorf("%q: %d buckets' tallies, want 4", l, len(bucketTallies[l]))
+		}
+		for b, n := range bucketTallies[l] {
+			if n != 16*8 {
+				t.Errorf("%q, bucket %d: a tally of %d items, want %d", l, b, n, 16*8)
+			}
+		}
 	}
 }

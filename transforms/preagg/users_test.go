@@ -399,3 +399,40 @@ func BenchmarkAddTally(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/pair")
 }
+
+// TestSummaryTopIsCounterTop checks that the tallies' top items taken
+// from a counter's summary are the counter's own Top: the same items with
+// the same counts, whether the counter holds fewer items than the
+// summary's N or many more, with ties at the cut (broken by hash in
+// both), and that the names outlive the counter's reset.
+func TestSummaryTopIsCounterTop(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 11))
+	cfg := summary.Config{N: 256}
+	for _, distinct := range []int{1, 50, 256, 257, 3000} {
+		for _, n := range []int{1, 64, 256} {
+			c := summary.NewCounter(1 << 16)
+			for i := 0; i < 4*distinct; i++ {
+				// Few distinct counts: many ties at every cut.
+				k := r.IntN(distinct)
+				item := fmt.Sprintf("item-%d", k)
+				c.Add(item, summary.Hash(item), uint64(1+k%3))
+			}
+			want := map[string]uint64{}
+			for _, it := range c.Top(n) {
+				want[strings.Clone(it.Item)] = it.Count
+			}
+			sm := c.Summary(cfg)
+			got := summaryTop(nil, sm, n)
+			c.Reset()
+			c.Add("overwrites-the-arena", 1, 1)
+			if len(got) != len(want) {
+				t.Fatalf("distinct %d, n %d: %d items, want %d", distinct, n, len(got), len(want))
+			}
+			for _, it := range got {
+				if w, ok := want[it.Item]; !ok || w != it.Count || it.Hash != summary.Hash(it.Item) {
+					t.Fatalf("distinct %d, n %d: %q count %d: not the counter's top (%d, %v)", distinct, n, it.Item, it.Count, w, ok)
+				}
+			}
+		}
+	}
+}
