@@ -88,7 +88,7 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	d := fastpath.DefaultConfig()
 	fs.StringVar(&f.Source, "source", "", "pubsub:projects/P/subscriptions/S | file:PATH | synthetic:rate=R,duration=D,items=N,zipf=S,seed=X,beacon=B")
 	fs.IntVar(&f.Partitions, "partitions", d.Preagg.Partitions, "counter partitions P (item lives in hash(item) mod P)")
-	fs.IntVar(&f.RegionParts, "region_partitions", d.Preagg.RegionPartitions, "partitions each region's lists use, of the P (fewer: less window state for the many small lists); 0 or P: all")
+	fs.IntVar(&f.RegionParts, "region_partitions", d.Preagg.RegionPartitions, "partitions each region's lists use, of the P (fewer: less window state for the many small lists); 0 or P: all. Like --partitions, change it with a new job, not an update")
 	fs.DurationVar(&f.AllowedLateness, "allowed_lateness", d.Preagg.AllowedLateness, "events later than this are left to the exact path")
 	fs.IntVar(&f.K, "k", d.Lists.K, "list depth K (complete means certified to K)")
 	fs.IntVar(&f.Margin, "margin", d.Lists.Margin, "entries published beyond K, so takedowns keep lists full")

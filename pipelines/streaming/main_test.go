@@ -155,3 +155,26 @@ func TestMemoryLimit(t *testing.T) {
 		t.Errorf("GOMEMLIMIT set: limit changed to %d", got)
 	}
 }
+
+// --region_partitions reaches the pre-aggregation (default 4) and a
+// negative value is refused before anything runs.
+func TestRegionPartitionsFlag(t *testing.T) {
+	parse := func(args ...string) (fastpath.Config, error) {
+		var f Flags
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		f.Register(fs)
+		if err := fs.Parse(append([]string{"--source=pubsub:projects/p/subscriptions/s"}, args...)); err != nil {
+			t.Fatal(err)
+		}
+		return f.Config("")
+	}
+	if cfg, err := parse(); err != nil || cfg.Preagg.RegionPartitions != 4 || cfg.Preagg.Partitions != 16 {
+		t.Errorf("default: %d region partitions of %d (%v), want 4 of 16", cfg.Preagg.RegionPartitions, cfg.Preagg.Partitions, err)
+	}
+	if cfg, err := parse("--region_partitions=16"); err != nil || cfg.Preagg.RegionPartitions != 16 {
+		t.Errorf("--region_partitions=16: %d (%v)", cfg.Preagg.RegionPartitions, err)
+	}
+	if _, err := parse("--region_partitions=-1"); err == nil || !strings.Contains(err.Error(), "region partitions") {
+		t.Errorf("--region_partitions=-1: %v; want a region partitions error", err)
+	}
+}

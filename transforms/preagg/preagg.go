@@ -139,6 +139,10 @@ type Config struct {
 	// from one chosen by the list's type and region, an item in the
 	// (Partition(Hash(item), RegionPartitions))-th of them. 0 or P and
 	// more: P, as the other lists. See the package doc ("Partitions").
+	// Like Partitions, it decides where an item's counts live: changed
+	// on a running job (an update that keeps the windows' state), a
+	// region item's counts would sit in two partitions until the windows
+	// that hold the old ones close; change it with a new job.
 	RegionPartitions int
 	// Bucket is the event-time bucket (10 s).
 	Bucket time.Duration
@@ -418,7 +422,7 @@ type preaggFn struct {
 	// trending by users added to a 100k events/s run.
 	freePairs [][]pair
 	freeCap   int // the capacity of freePairs' slices, in pairs
-	// topBuf is flush's scratch for a counter's top items (TopInto): at
+	// topBuf is flush's scratch for a counter's top items (summaryTop): at
 	// most a bundle's distinct keys.
 	topBuf []summary.Counted
 	// candBuf is stash's and tallyTop's scratch for the candidates (at
