@@ -79,15 +79,7 @@ func TestUsageOrder(t *testing.T) {
 // a trending configuration that cannot work (leave above enter) is refused
 // before any job is built.
 func TestTrendAndRecoveryFlags(t *testing.T) {
-	parse := func(args ...string) (fastpath.Config, error) {
-		var f Flags
-		fs := flag.NewFlagSet("t", flag.ContinueOnError)
-		f.Register(fs)
-		if err := fs.Parse(append([]string{"--source=pubsub:projects/p/subscriptions/s"}, args...)); err != nil {
-			t.Fatal(err)
-		}
-		return f.Config("")
-	}
+	parse := func(args ...string) (fastpath.Config, error) { return parseFlags(t, args...) }
 	cfg, err := parse("--trend_min_count=7", "--trend_half_life=30m", "--trend_seasonal", "--recovery_horizon=90m")
 	if err != nil {
 		t.Fatal(err)
@@ -159,15 +151,7 @@ func TestMemoryLimit(t *testing.T) {
 // --region_partitions reaches the pre-aggregation (default 4) and a
 // negative value is refused before anything runs.
 func TestRegionPartitionsFlag(t *testing.T) {
-	parse := func(args ...string) (fastpath.Config, error) {
-		var f Flags
-		fs := flag.NewFlagSet("t", flag.ContinueOnError)
-		f.Register(fs)
-		if err := fs.Parse(append([]string{"--source=pubsub:projects/p/subscriptions/s"}, args...)); err != nil {
-			t.Fatal(err)
-		}
-		return f.Config("")
-	}
+	parse := func(args ...string) (fastpath.Config, error) { return parseFlags(t, args...) }
 	if cfg, err := parse(); err != nil || cfg.Preagg.RegionPartitions != 4 || cfg.Preagg.Partitions != 16 {
 		t.Errorf("default: %d region partitions of %d (%v), want 4 of 16", cfg.Preagg.RegionPartitions, cfg.Preagg.Partitions, err)
 	}
@@ -177,4 +161,17 @@ func TestRegionPartitionsFlag(t *testing.T) {
 	if _, err := parse("--region_partitions=-1"); err == nil || !strings.Contains(err.Error(), "region partitions") {
 		t.Errorf("--region_partitions=-1: %v; want a region partitions error", err)
 	}
+}
+
+// parseFlags is the streaming command's configuration from args, after a
+// Pub/Sub source.
+func parseFlags(t *testing.T, args ...string) (fastpath.Config, error) {
+	t.Helper()
+	var f Flags
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	f.Register(fs)
+	if err := fs.Parse(append([]string{"--source=pubsub:projects/p/subscriptions/s"}, args...)); err != nil {
+		t.Fatal(err)
+	}
+	return f.Config("")
 }
