@@ -93,7 +93,7 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.IntVar(&f.K, "k", d.Lists.K, "list depth K (complete means certified to K)")
 	fs.IntVar(&f.Margin, "margin", d.Lists.Margin, "entries published beyond K, so takedowns keep lists full")
 	fs.IntVar(&f.SummaryN, "summary_n", d.Preagg.Summary.N, "entries tracked per (list, partition, bucket) summary")
-	fs.IntVar(&f.MinuteN, "minute_n", d.MinuteN, "entries a closed minute keeps per (list, partition), and so the 1h window's aggregates; 0: a quarter of summary_n, at least four times (K + margin) / min(partitions, region_partitions); summary_n or more: no cut")
+	fs.IntVar(&f.MinuteN, "minute_n", d.MinuteN, "entries a closed minute keeps per (list, partition), and so the 1h window's aggregates; 0: a quarter of summary_n, at least four times (K + margin) / the fewest partitions a list has (region_partitions when set); summary_n or more: no cut")
 	fs.IntVar(&f.AggN, "agg_n", d.AggN, "entries each window's aggregates keep per (list, partition); 0: as minute_n's default; summary_n or more: no cut")
 	fs.IntVar(&f.SketchWidth, "sketch_width", d.Preagg.Summary.SketchWidth, "count-min sketch width (power of two; 0: no sketch)")
 	fs.IntVar(&f.SketchDepth, "sketch_depth", d.Preagg.Summary.SketchDepth, "count-min sketch depth")

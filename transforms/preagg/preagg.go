@@ -34,7 +34,9 @@
 // and small (three types x four regions of each country: 240 of the 303
 // lists with 20 countries). Even the quietest region of a 20-country
 // synthetic load at 200k events/s sees about 230 events a second per
-// type, so in 16 partitions each partition's 5m aggregates hold over a
+// type (200k x the 20th country's Zipf weight 1/(20 x H(20)) = 0.014,
+// over 3 types and 4 regions), so in 16 partitions each partition's 5m
+// aggregates hold over a
 // thousand distinct items of a long tail and fill the cut (16 x 1,024
 // entries per aggregate); in 4 partitions the same window fills 4 x
 // 1,100, a quarter of the state, and the list publishes K + margin =
@@ -599,9 +601,10 @@ func (fn *preaggFn) ProcessElement(ctx context.Context, et beam.EventTime, beaco
 // The strings may point into the beacon: they are cloned before being
 // kept as a map key. The last few groups of each position are
 // remembered (one per type, as long as there are at most lastGroups
-// types): with every scope, the map lookup (hashing two strings) was 4
-// of 122 CPU-s at 200k events/s when one remembered group served the
-// three positions in turn and the types alternated.
+// types): with every scope, group was 4.1 of 122 CPU-s at 200k events/s
+// (1.4 of it hashing the key; BENCHMARKS.md, "Region lists in 4
+// partitions") when one remembered group served the three positions in
+// turn and the types alternated.
 func (fn *preaggFn) group(i int, typ, scope string, bucket int64) *group {
 	i = min(i, len(fn.last)-1)
 	last := &fn.last[i]
@@ -617,7 +620,7 @@ func (fn *preaggFn) group(i int, typ, scope string, bucket int64) *group {
 		g = &group{key: k, counters: make([]*summary.Counter, fn.Partitions), np: fn.Partitions}
 		if rp := fn.RegionParts; rp > 0 && rp < fn.Partitions && schemas.IsRegion(scope) {
 			g.np = rp
-			g.off = summary.Partition(summary.Hash(typ+"\x00"+scope), fn.Partitions)
+			g.off = summary.Partition(summary.Hash(ListKey(typ, scope)), fn.Partitions)
 		}
 		g.usersTop = fn.UsersTop * fn.Partitions / g.np
 		fn.groups[k] = g
