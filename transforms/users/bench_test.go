@@ -54,12 +54,22 @@ func TestSketchBytes(t *testing.T) {
 func BenchmarkUnitePieces(b *testing.B) {
 	for _, universe := range []uint64{4096, 409_600} {
 		pieces := benchPieces(b, universe)
-		for _, how := range []string{"decode", "bytes"} {
+		for _, how := range []string{"decode", "bytes", "unitetop"} {
 			b.Run(fmt.Sprintf("items=%d/%s", universe, how), func(b *testing.B) {
 				b.ReportAllocs()
 				for i := 0; i < b.N; i++ {
 					pane := NewTally()
+					if how == "unitetop" {
+						for _, err := range pane.UniteTop(pieces, 2000) {
+							if err != nil {
+								b.Fatal(err)
+							}
+						}
+					}
 					for _, p := range pieces {
+						if how == "unitetop" {
+							break
+						}
 						var err error
 						if how == "bytes" {
 							err = pane.AbsorbBinary(p)

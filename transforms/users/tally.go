@@ -1,10 +1,12 @@
 package users
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/cespare/xxhash/v2"
 
@@ -285,7 +287,11 @@ func UnmarshalTally(data []byte) (*Tally, error) {
 // addPairsTo adds to pairs the (user, item) pairs of item whose users are
 // the body's set (version 3's implied pairs).
 func (b sketchBody) addPairsTo(pairs *Sketch, item []byte) {
-	ih := xxhash.Sum64(item)
+	b.addPairsToHash(pairs, xxhash.Sum64(item))
+}
+
+// addPairsToHash is addPairsTo for the item whose name hashes to ih.
+func (b sketchBody) addPairsToHash(pairs *Sketch, ih uint64) {
 	for i := 0; i < len(b.set); i += 4 {
 		pairs.AddHash(PairHash(unset(binary.LittleEndian.Uint32(b.set[i:])), ih))
 	}
@@ -453,8 +459,7 @@ func (s *Sketch) IsSet() bool {
 // tally can give it, may still fail half-way with ErrPrecision.) An item
 // repeated in data (which no encoder here writes) is united twice.
 func (t *Tally) AbsorbBinary(data []byte) error {
-	if len(data) < len(tallyMagic)+2 || string(data[:len(tallyMagic)]) != tallyMagic ||
-		data[len(tallyMagic)] != tallyVersion && data[len(tallyMagic)] != impliedPairs {
+	if !currentTally(data) {
 		// Not the current version (or not a tally): the general path.
 		o, err := UnmarshalTally(data)
 		if err != nil {
@@ -462,8 +467,30 @@ func (t *Tally) AbsorbBinary(data []byte) error {
 		}
 		return t.Absorb(o)
 	}
+	hlls, err := checkTally(data, nil)
+	if err != nil {
+		return err
+	}
+	return t.absorb(data, hlls, nil, nil)
+}
+
+// currentTally reports whether data starts as a tally of version 2 or 3.
+func currentTally(data []byte) bool {
+	return len(data) >= len(tallyMagic)+2 && string(data[:len(tallyMagic)]) == tallyMagic &&
+		(data[len(tallyMagic)] == tallyVersion || data[len(tallyMagic)] == impliedPairs)
+}
+
+// checkTally checks a version 2 or 3 tally's framing and decodes its
+// HyperLogLogs (in order: Pairs' first, if it has one), which must be of
+// TallyPrecision. With hashes non-nil, it appends the hash of each item's
+// name (xxhash, as summary.Hash) and its count to *hashes as it goes (on
+// an error, some may have been appended).
+func checkTally(data []byte, hashes *[]hashCount) ([]Sketch, error) {
 	var hlls []Sketch // decoded in the check, united in order after
-	err := walkTally(data, false, func(_ []byte, _ uint64, b sketchBody) error {
+	err := walkTally(data, false, func(item []byte, count uint64, b sketchBody) error {
+		if item != nil && hashes != nil {
+			*hashes = append(*hashes, hashCount{xxhash.Sum64(item), count})
+		}
 		if b.hll == nil {
 			return nil
 		}
@@ -474,9 +501,18 @@ func (t *Tally) AbsorbBinary(data []byte) error {
 		hlls = append(hlls, d)
 		return err
 	})
-	if err != nil {
-		return err
-	}
+	return hlls, err
+}
+
+// hashCount is an item's name hash and its count in one tally.
+type hashCount struct{ hash, count uint64 }
+
+// absorb unites the checked tally data (hlls: its HyperLogLogs, from
+// checkTally) into t. With keep non-nil, only the items whose keep is
+// true are united (keep and hashes, each item's name hash from
+// checkTally, in the items' order); the others add only the pairs a
+// version 3 tally implies for them (Pairs must still count every pair).
+func (t *Tally) absorb(data []byte, hlls []Sketch, hashes []hashCount, keep []bool) error {
 	if t.Items == nil {
 		t.Items = map[string]*TallyEntry{}
 	}
@@ -489,6 +525,19 @@ func (t *Tally) AbsorbBinary(data []byte) error {
 	return walkTally(data, false, func(item []byte, count uint64, b sketchBody) error {
 		s := &t.Pairs
 		if item != nil {
+			var ih uint64 // the name's hash, when hashes has it
+			if keep != nil {
+				k := keep[0]
+				ih, hashes, keep = hashes[0].hash, hashes[1:], keep[1:]
+				if !k {
+					if b.hll != nil {
+						hlls = hlls[1:] // its pairs are in Pairs already
+					} else if implied && len(b.set) > 0 {
+						b.addPairsToHash(&t.Pairs, ih)
+					}
+					return nil
+				}
+			}
 			e := t.Items[string(item)] // no allocation for the lookup
 			if e == nil {
 				if len(slab) == 0 {
@@ -500,8 +549,11 @@ func (t *Tally) AbsorbBinary(data []byte) error {
 			}
 			e.Count += count
 			s = &e.Users
-			if implied {
-				b.addPairsTo(&t.Pairs, item)
+			if implied && len(b.set) > 0 {
+				if keep == nil {
+					ih = xxhash.Sum64(item)
+				}
+				b.addPairsToHash(&t.Pairs, ih)
 			}
 		}
 		if b.hll != nil {
@@ -513,6 +565,157 @@ func (t *Tally) AbsorbBinary(data []byte) error {
 		return nil
 	})
 }
+
+// UniteTop unites the tallies encoded in pieces into t and trims t to its
+// max biggest items: what AbsorbBinary of each piece in turn and then
+// Trim(max) do, item for item, with less work when the union holds many
+// more than max items (a busy list's pieces over a minute: tens of
+// thousands of items, most with a user or two, for the 2,000 a scorer
+// keeps). A first pass adds up each item's count over t and the pieces
+// by the hash of its name; then only the items whose total reaches the
+// max-th largest are given an entry and their users united (Trim breaks
+// the ties among them as it would have), and the others add only the
+// pairs they imply. errs[i] is piece i's error as AbsorbBinary returns
+// it (nil if it was united); a piece with an error is not united and its
+// counts take no part in the cut. (Two names with one 64-bit hash add
+// their counts in the first pass: both may then be united, and Trim
+// still keeps the right ones.)
+func (t *Tally) UniteTop(pieces [][]byte, max int) (errs []error) {
+	errs = make([]error, len(pieces))
+	if max <= 0 {
+		for i, p := range pieces {
+			errs[i] = t.AbsorbBinary(p)
+		}
+		t.Trim(max)
+		return errs
+	}
+	type checked struct {
+		data     []byte
+		hlls     []Sketch
+		from, to int // its items' hashes in hashes
+		ok       bool
+	}
+	cs := make([]checked, len(pieces))
+	sc := cutScratch.Get().(*cutTable)
+	defer cutScratch.Put(sc)
+	hashes := sc.hashes[:0]
+	defer func() { sc.hashes = hashes[:0] }()
+	n := len(t.Items)
+	for i, data := range pieces {
+		if !currentTally(data) {
+			// An older version: decoded and re-encoded (version 2).
+			o, err := UnmarshalTally(data)
+			if err == nil {
+				data, err = o.AppendBinary(nil)
+			}
+			if err != nil {
+				errs[i] = err
+				continue
+			}
+		}
+		from := len(hashes)
+		hlls, err := checkTally(data, &hashes)
+		if err != nil {
+			errs[i], hashes = err, hashes[:from]
+			continue
+		}
+		cs[i] = checked{data, hlls, from, len(hashes), true}
+		n += len(hashes) - from
+	}
+	var keep []bool // by position in hashes
+	if n > max && len(hashes) > 0 {
+		keep = sc.cut(hashes, t.Items, max)
+	}
+	for i, c := range cs {
+		if !c.ok {
+			continue
+		}
+		var k []bool
+		if keep != nil {
+			k = keep[c.from:c.to]
+		}
+		if err := t.absorb(c.data, c.hlls, hashes[c.from:c.to], k); err != nil {
+			errs[i] = err
+		}
+	}
+	t.Trim(max)
+	return errs
+}
+
+// cut returns, for each of the pieces' items in hashes, whether
+// its total count (over hashes and the items of have) reaches the max-th
+// largest total. Totals are added in an open-addressing table of hashes
+// (as preagg's topIndex): a Go map of tens of thousands of hashes was
+// half of UniteTop's time, and sorting them a quarter. The result is
+// sc's memory, valid until the next cut.
+func (sc *cutTable) cut(hashes []hashCount, have map[string]*TallyEntry, max int) []bool {
+	bits := uint8(4)
+	for 1<<bits < 2*(len(hashes)+len(have)) {
+		bits++
+	}
+	n := 1 << bits
+	if cap(sc.keys) < n {
+		sc.keys, sc.totals = make([]uint64, n), make([]uint64, n)
+	}
+	keys, totals := sc.keys[:n], sc.totals[:n]
+	clear(keys)
+	clear(totals)
+	shift, mask := 64-bits, uint64(n-1)
+	distinct := 0
+	add := func(h, c uint64) int32 {
+		h |= 1 // 0 marks an empty slot (two hashes that differ in bit 0 only add up: harmless, see UniteTop)
+		j := (h * 0x9e3779b97f4a7c15) >> shift
+		for keys[j] != 0 && keys[j] != h {
+			j = (j + 1) & mask
+		}
+		if keys[j] == 0 {
+			keys[j] = h
+			distinct++
+		}
+		totals[j] += c
+		return int32(j)
+	}
+	slots := slices.Grow(sc.slots[:0], len(hashes))
+	for _, h := range hashes {
+		slots = append(slots, add(h.hash, h.count))
+	}
+	sc.slots = slots
+	for it, e := range have {
+		add(xxhash.Sum64String(it), e.Count)
+	}
+	keep := slices.Grow(sc.keep[:0], len(hashes))[:len(hashes)]
+	sc.keep = keep
+	if distinct <= max {
+		for i := range keep {
+			keep[i] = true
+		}
+		return keep
+	}
+	vals := slices.Grow(sc.vals[:0], distinct)
+	for j, k := range keys {
+		if k != 0 {
+			vals = append(vals, totals[j])
+		}
+	}
+	sc.vals = vals
+	topn.Select(vals, max, func(a, b uint64) int { return cmp.Compare(b, a) })
+	floor := slices.Min(vals[:max])
+	for i, j := range slots {
+		keep[i] = totals[j] >= floor
+	}
+	return keep
+}
+
+// cutTable is UniteTop's scratch, pooled: a scorer unites a pane per
+// list and timer.
+type cutTable struct {
+	hashes             []hashCount
+	keys, totals, vals []uint64
+	slots              []int32
+	keep               []bool
+}
+
+var cutScratch = sync.Pool{New: func() any { return new(cutTable) }}
 
 // sketchBody is one sketch body of a version 2 or 3 tally: a set's hashes
 // (4 bytes each) or a HyperLogLog's encoding, or neither (empty).

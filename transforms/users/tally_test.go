@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -465,5 +466,162 @@ func TestTallyImpliedPairs(t *testing.T) {
 				t.Fatalf("Pairs alone holds %d of %v pairs: the case implies none", without, want)
 			}
 		})
+	}
+}
+
+// TestUniteTopEqualsAbsorbTrim: UniteTop gives, item for item and bit for
+// bit, what AbsorbBinary of every piece and then Trim give: over pieces
+// of every version (3 from a TallyWriter with sets and HyperLogLogs, 2, 1,
+// and a truncated one, which is an error in both), onto a tally that
+// already holds items, with many items tied at the cut, and for cuts
+// below, at and above the union's size.
+func TestUniteTopEqualsAbsorbTrim(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	z := rand.NewZipf(r, 1.1, 1, 5000)
+	piece := func(version int) []byte {
+		byItem := map[string][]string{}
+		for range 3000 {
+			it := fmt.Sprint("i", z.Uint64())
+			byItem[it] = append(byItem[it], fmt.Sprint("u", r.IntN(20000)))
+		}
+		if version == 3 {
+			w := NewTallyWriter()
+			var s Sketch
+			for it, us := range byItem {
+				s.ResetTally()
+				for _, u := range us {
+					s.Add(u)
+				}
+				// An item not tracked (its pairs only), or dense, or (some
+				// of the others) with its pairs in Pairs too: harmless.
+				untracked := r.IntN(8) == 0
+				if untracked || !s.IsSet() || r.IntN(10) == 0 {
+					for _, u := range us {
+						w.Pairs.AddHash(PairHash(Hash(u), Hash(it)))
+					}
+				}
+				if untracked {
+					continue
+				}
+				if err := w.Add(it, uint64(len(us)), &s); err != nil {
+					t.Fatal(err)
+				}
+			}
+			enc, err := w.AppendBinary(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return enc
+		}
+		tl := tallyOf(byItem)
+		if version == 1 {
+			return appendV1(tl)
+		}
+		enc, err := tl.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return enc
+	}
+	var pieces [][]byte
+	for i := range 12 {
+		pieces = append(pieces, piece([]int{3, 3, 3, 2}[i%4]))
+	}
+	hot := NewTallyWriter() // one item dense (over 1,024 users)
+	var s Sketch
+	for j := range 3000 {
+		s.AddHash(Hash(fmt.Sprint("h", j)))
+		hot.Pairs.AddHash(PairHash(Hash(fmt.Sprint("h", j)), Hash("i1")))
+	}
+	if err := hot.Add("i1", 3000, &s); err != nil {
+		t.Fatal(err)
+	}
+	henc, err := hot.AppendBinary(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pieces = append(pieces, henc, piece(1), pieces[0][:len(pieces[0])/2])
+	start := piece(2) // the pane as it was
+	from := func() *Tally {
+		tl := NewTally()
+		if err := tl.AbsorbBinary(start); err != nil {
+			t.Fatal(err)
+		}
+		return tl
+	}
+	splitTies := 0
+	for _, max := range []int{1, 10, 500, 1000, 2000, 3000, 4000, 1 << 20} {
+		want, got := from(), from()
+		var wantErrs []error
+		for _, p := range pieces {
+			wantErrs = append(wantErrs, want.AbsorbBinary(p))
+		}
+		want.Trim(max)
+		errs := got.UniteTop(pieces, max)
+		for i := range pieces {
+			if (errs[i] == nil) != (wantErrs[i] == nil) {
+				t.Errorf("max %d: piece %d: error %v, want %v", max, i, errs[i], wantErrs[i])
+			}
+		}
+		if wantErrs[len(pieces)-1] == nil {
+			t.Fatal("the truncated piece united")
+		}
+		identicalTally(t, fmt.Sprint("max ", max), got, want)
+		// Count the cuts that fall inside a group of tied counts: the
+		// case where keeping only the items above the floor would differ.
+		all := from()
+		for _, p := range pieces {
+			all.AbsorbBinary(p)
+		}
+		if len(want.Items) < len(all.Items) {
+			floor := uint64(math.MaxUint64)
+			for _, e := range want.Items {
+				floor = min(floor, e.Count)
+			}
+			in, out := 0, 0
+			for it, e := range all.Items {
+				if e.Count == floor {
+					if want.Items[it] != nil {
+						in++
+					} else {
+						out++
+					}
+				}
+			}
+			if in > 0 && out > 0 {
+				splitTies++
+			}
+		}
+	}
+	if splitTies < 3 {
+		t.Errorf("%d cuts split tied counts, want at least 3", splitTies)
+	}
+}
+
+// identicalTally fails t unless got and want have the same pairs and
+// items with the same counts and users, sketch for sketch.
+func identicalTally(t *testing.T, what string, got, want *Tally) {
+	t.Helper()
+	enc := func(s *Sketch) string {
+		b, err := s.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	if enc(&got.Pairs) != enc(&want.Pairs) {
+		t.Errorf("%s: pairs differ (%d, want %d)", what, got.Pairs.Estimate(), want.Pairs.Estimate())
+	}
+	if len(got.Items) != len(want.Items) {
+		t.Fatalf("%s: %d items, want %d", what, len(got.Items), len(want.Items))
+	}
+	for it, we := range want.Items {
+		ge := got.Items[it]
+		if ge == nil {
+			t.Fatalf("%s: %q missing", what, it)
+		}
+		if ge.Count != we.Count || enc(&ge.Users) != enc(&we.Users) {
+			t.Fatalf("%s: %q: count %d users %d, want count %d users %d", what, it, ge.Count, ge.Users.Estimate(), we.Count, we.Users.Estimate())
+		}
 	}
 }

@@ -31,7 +31,9 @@
 // Each tally crosses the runner four times: the emit, this step's input,
 // its append to Pieces and the read when the list is next scored. Per
 // (list, Every) come the pieces' union into panes, the 5 minutes' union
-// and the score. Measured in steady state on 2 cores (BENCHMARKS.md,
+// and the score; both unions are cut to Trend.MaxItems items as they are
+// made (users.UniteTop: an item that cannot stay is never given an entry,
+// and most of a busy list's items are seen once in a minute). Measured in steady state on 2 cores (BENCHMARKS.md,
 // "Trending against the event rate"): 18-27% of the fast path's CPU from
 // 100k to 400k events/s, much of it building, moving and uniting the
 // tallies.
@@ -512,34 +514,43 @@ func (fn *scoreFn) unitePieces(ctx context.Context, sp state.Provider, key strin
 	if err != nil || !ok || len(pieces) == 0 {
 		return nil, err
 	}
-	byPane := map[int64]*users.Tally{}
+	// Each pane's pieces, then its tally as it was, united at once:
+	// UniteTop gives an entry only to the items that can stay among the
+	// pane's MaxItems (most of a busy list's are seen once in a minute).
+	byPane := map[int64][][]byte{}
+	var panes []int64
 	for _, v := range pieces {
 		if len(v) < 8 {
 			return nil, fmt.Errorf("trend %s: short tally piece", key)
 		}
 		bucket := int64(binary.BigEndian.Uint64(v))
 		pane := bucket - mod(bucket, fn.PaneMs)
-		acc := byPane[pane]
-		if acc == nil {
-			acc = users.NewTally()
-			byPane[pane] = acc
+		if byPane[pane] == nil {
+			panes = append(panes, pane)
 		}
-		// United from its bytes: no map per piece (AbsorbBinary).
-		if err := acc.AbsorbBinary(v[8:]); err != nil {
-			log.Errorf(ctx, "trend %s: a users tally of bucket %d dropped: %v", key, bucket, err)
-		}
+		byPane[pane] = append(byPane[pane], v[8:])
 	}
-	for pane, t := range byPane {
+	out := make(map[int64]*users.Tally, len(panes))
+	for _, pane := range panes {
+		ps := byPane[pane]
 		old, ok, err := fn.Tallies.Get(sp, pane)
 		if err != nil {
 			return nil, err
 		}
 		if ok {
-			if err := t.AbsorbBinary(old); err != nil {
+			ps = append(ps, old)
+		}
+		t := users.NewTally()
+		for i, err := range t.UniteTop(ps, fn.Trend.MaxItems) {
+			if err == nil {
+				continue
+			}
+			if ok && i == len(ps)-1 {
 				log.Errorf(ctx, "trend %s: users of pane %d dropped: %v", key, pane, err)
+			} else {
+				log.Errorf(ctx, "trend %s: a users tally of pane %d dropped: %v", key, pane, err)
 			}
 		}
-		t.Trim(fn.Trend.MaxItems)
 		enc, err := t.MarshalBinary()
 		if err != nil {
 			return nil, err
@@ -547,8 +558,9 @@ func (fn *scoreFn) unitePieces(ctx context.Context, sp state.Provider, key strin
 		if err := fn.Tallies.Put(sp, pane, enc); err != nil {
 			return nil, err
 		}
+		out[pane] = t
 	}
-	return byPane, fn.Pieces.Clear(sp)
+	return out, fn.Pieces.Clear(sp)
 }
 
 // usersInput is the scorer's input for the 5 minutes before asOf from the
@@ -561,27 +573,34 @@ func (fn *scoreFn) usersInput(ctx context.Context, sp state.Provider, asOf time.
 	if err != nil {
 		return trend.Input{}, err
 	}
+	// The fresh panes (decoded already) first, then the others from their
+	// bytes with the cut to MaxItems (UniteTop: only items that can make
+	// it get an entry).
 	u := users.NewTally()
+	var raws [][]byte
+	var rawPanes []int64
 	for _, b := range keys {
 		if b < to-window5m || b >= to {
 			continue
 		}
-		var uerr error
 		if t := fresh[b]; t != nil {
 			delete(fresh, b)
-			uerr = u.Absorb(t)
-		} else {
-			raw, ok, err := fn.Tallies.Get(sp, b)
-			if err != nil || !ok {
-				return trend.Input{}, err
+			if err := u.Absorb(t); err != nil { // see unitePieces: skipped, not fatal
+				log.Errorf(ctx, "trend: users of pane %d skipped: %v", b, err)
 			}
-			uerr = u.AbsorbBinary(raw)
+			continue
 		}
-		if err := uerr; err != nil { // see unitePieces: skipped, not fatal
-			log.Errorf(ctx, "trend: users of pane %d skipped: %v", b, err)
+		raw, ok, err := fn.Tallies.Get(sp, b)
+		if err != nil || !ok {
+			return trend.Input{}, err
+		}
+		raws, rawPanes = append(raws, raw), append(rawPanes, b)
+	}
+	for i, err := range u.UniteTop(raws, fn.Trend.MaxItems) {
+		if err != nil {
+			log.Errorf(ctx, "trend: users of pane %d skipped: %v", rawPanes[i], err)
 		}
 	}
-	u.Trim(fn.Trend.MaxItems)
 	in := trend.Input{AsOf: asOf, Total: u.Pairs.Estimate(), Items: make([]trend.Count, 0, len(u.Items))}
 	for it, e := range u.Items {
 		if n := e.Users.Estimate(); n > 0 {

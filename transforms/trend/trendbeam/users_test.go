@@ -82,8 +82,9 @@ func (fn *checkUsersFn) ProcessElement(key string, js []byte, emit func(string))
 // many tallies of a bucket and in many buckets. Every item a trending list
 // holds has count_5m within the sketch's error of its exact distinct users
 // over the list's 5 minutes (recounted here from the events), where a sum
-// of the tallies' users would be up to 30 times that; and the item that starts at minute 20 with new
-// users every bucket trends.
+// of the tallies' users would be up to 30 times that, while a long tail
+// of one-off items is cut from every pane and 5-minute union; and the
+// item that starts at minute 20 with new users every bucket trends.
 func TestTrendingByUsersOnPrism(t *testing.T) {
 	const pieces = 70 // tallies per bucket, > maxPieces below
 	defer func(n int) { maxPieces = n }(maxPieces)
@@ -106,6 +107,12 @@ func TestTrendingByUsersOnPrism(t *testing.T) {
 			for k := range 40 - 3*j {
 				events = append(events, ev{at, item, fmt.Sprintf("u%d-%d", j, (b*7+k)%(60-4*j))})
 			}
+		}
+		// A long tail: 400 items seen once a bucket, by a new user each,
+		// so a minute's pane has more items than MaxItems (2,000) and 5
+		// minutes five times that: both cuts (users.UniteTop) drop items.
+		for k := range 400 {
+			events = append(events, ev{at, fmt.Sprintf("tail%d-%d", b, k), fmt.Sprintf("t%d-%d", b, k)})
 		}
 		if b >= 120 { // minute 20: a new item, new users every bucket
 			for k := range 3 * (b - 119) {
