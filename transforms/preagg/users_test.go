@@ -436,3 +436,41 @@ func TestSummaryTopIsCounterTop(t *testing.T) {
 		}
 	}
 }
+
+// TestTallyTopBeyondSummaryN: when a partition's tally wants more items
+// (UsersTop x P / its partitions) than a bucket's summary keeps (N), the
+// tally still holds the counter's UsersTop biggest items with their exact
+// users, not only the summary's N (flush's fallback to Counter.TopInto),
+// also when they were stashed at a summary flush (MaxDistinct) before
+// the counter was reset and reused: their names are clones, not the
+// counter's.
+func TestTallyTopBeyondSummaryN(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Partitions, cfg.Scopes, cfg.Rules = 1, false, nil
+	cfg.Summary.N = 8
+	cfg.UsersTop = 20
+	cfg.MaxDistinct = 30 // a summary flush after items i00-i29
+	h := newHarness(t, cfg)
+	var events []schemas.Event
+	for k := range 50 { // item k: 50 - k events, each from a user of its own
+		for j := range 50 - k {
+			events = append(events, ev(fmt.Sprintf("e%d-%d", k, j), fmt.Sprintf("i%02d", k), fmt.Sprintf("u%d-%d", k, j), t0))
+		}
+	}
+	h.send(t, t0, events...)
+	h.finish()
+	tl := h.tallies["video/global"]
+	if tl == nil {
+		t.Fatalf("no tally for video/global: %v", h.tallies)
+	}
+	if len(tl.Items) != cfg.UsersTop {
+		t.Fatalf("%d items in the tally, want UsersTop %d (the summary keeps %d)", len(tl.Items), cfg.UsersTop, cfg.Summary.N)
+	}
+	for k := range cfg.UsersTop {
+		it := fmt.Sprintf("i%02d", k)
+		e := tl.Items[it]
+		if e == nil || e.Count != uint64(50-k) || e.Users.Estimate() != uint64(50-k) {
+			t.Errorf("%s: %+v, want %d events and users", it, e, 50-k)
+		}
+	}
+}
