@@ -270,7 +270,8 @@ func (c Config) slideConfig() slide.BeamConfig {
 
 // cutN is the entries per (list, partition) a closed minute or a window's
 // aggregate keeps: n if set, else a quarter of the buckets' N but at least
-// four times a partition's share of the list, at most the buckets' N. A
+// four times a partition's share of the list (of a region list when there
+// are scopes: it has the fewest partitions), at most the buckets' N. A
 // cut to about one share loses items near the K-th: in TestReplayDense
 // (a share is 275 entries there), aggregates of 256, 384 and 448 entries
 // (0.9, 1.4 and 1.6 shares) gave recall@1000 0.89, 0.93 and 0.935, whole
@@ -280,8 +281,8 @@ func (c Config) cutN(n int) int {
 		return n
 	}
 	bn, p := c.Preagg.Summary.N, max(c.Preagg.Partitions, 1)
-	if rp := c.Preagg.RegionPartitions; rp > 0 {
-		p = min(p, rp) // the lists with the fewest partitions have the biggest share
+	if rp := c.Preagg.RegionPartitions; rp > 0 && c.Preagg.Scopes {
+		p = min(p, rp) // region lists have the fewest partitions, so the biggest share
 	}
 	share := (c.Lists.K + c.Lists.Margin + p - 1) / p
 	return min(bn, max(bn/4, 4*share))
