@@ -36,11 +36,10 @@
 // synthetic load at 200k events/s sees about 230 events a second per
 // type (200k x the 20th country's Zipf weight 1/(20 x H(20)) = 0.014,
 // over 3 types and 4 regions), so in 16 partitions each partition's 5m
-// aggregates hold over a
-// thousand distinct items of a long tail and fill the cut (16 x 1,024
-// entries per aggregate); in 4 partitions the same window fills 4 x
-// 1,100, a quarter of the state, and the list publishes K + margin =
-// 1,100 either way. A region list's buckets keep 4 x N entries (N =
+// aggregates hold over a thousand distinct items of a long tail and fill
+// the cut (16 x 1,024 entries per aggregate); in 4 partitions the same
+// window fills 4 x 1,100, a quarter of the state, and the list publishes
+// K + margin = 1,100 either way. A region list's buckets keep 4 x N entries (N =
 // 4,096 per partition), more than its events hold per bucket unless a
 // region sees about 16k events per type in 10 s; a busier region's
 // buckets are cut as the busiest lists' are, with the same bounds.

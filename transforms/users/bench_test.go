@@ -1,6 +1,7 @@
 package users
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -46,12 +47,41 @@ func TestSketchBytes(t *testing.T) {
 // BenchmarkUnitePieces is the trend scorer's union of one pane: 60
 // pre-aggregation tallies (a minute of 1 s flushes) of up to 1,024 items
 // each, Zipf(1.1) item popularity over the universe's items with ten
-// times as many events as users for the hottest, decoded and absorbed
-// (decode) or absorbed from their bytes (bytes). Over 4,096 items the
+// times as many events as users for the hottest, cut to 2,000 items and
+// encoded. The pieces are decoded and absorbed (decode), absorbed from
+// their bytes (bytes), each then trimmed, or united with the cut as they
+// go (unitetop: Tally.UniteTop, the scorer's way). Over 4,096 items the
 // pieces mostly repeat the pane's items; over 409,600 most of a piece's
 // items are new to the pane (a busy list's long tail: the map inserts of
 // the scorer's profiles). One op is one pane.
 func BenchmarkUnitePieces(b *testing.B) {
+	unite := map[string]func(pane *Tally, pieces [][]byte) error{
+		"decode": func(pane *Tally, pieces [][]byte) error {
+			for _, p := range pieces {
+				t, err := UnmarshalTally(p)
+				if err == nil {
+					err = pane.Absorb(t)
+				}
+				if err != nil {
+					return err
+				}
+			}
+			pane.Trim(2000)
+			return nil
+		},
+		"bytes": func(pane *Tally, pieces [][]byte) error {
+			for _, p := range pieces {
+				if err := pane.AbsorbBinary(p); err != nil {
+					return err
+				}
+			}
+			pane.Trim(2000)
+			return nil
+		},
+		"unitetop": func(pane *Tally, pieces [][]byte) error {
+			return errors.Join(pane.UniteTop(pieces, 2000)...)
+		},
+	}
 	for _, universe := range []uint64{4096, 409_600} {
 		pieces := benchPieces(b, universe)
 		for _, how := range []string{"decode", "bytes", "unitetop"} {
@@ -59,31 +89,9 @@ func BenchmarkUnitePieces(b *testing.B) {
 				b.ReportAllocs()
 				for i := 0; i < b.N; i++ {
 					pane := NewTally()
-					if how == "unitetop" {
-						for _, err := range pane.UniteTop(pieces, 2000) {
-							if err != nil {
-								b.Fatal(err)
-							}
-						}
+					if err := unite[how](pane, pieces); err != nil {
+						b.Fatal(err)
 					}
-					for _, p := range pieces {
-						if how == "unitetop" {
-							break
-						}
-						var err error
-						if how == "bytes" {
-							err = pane.AbsorbBinary(p)
-						} else {
-							var t *Tally
-							if t, err = UnmarshalTally(p); err == nil {
-								err = pane.Absorb(t)
-							}
-						}
-						if err != nil {
-							b.Fatal(err)
-						}
-					}
-					pane.Trim(2000)
 					if _, err := pane.MarshalBinary(); err != nil {
 						b.Fatal(err)
 					}
