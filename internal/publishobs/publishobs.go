@@ -13,7 +13,11 @@
 //	topk_publish_lag_seconds{window}              histogram: arrival - as_of
 //	topk_publish_list_age_seconds{list}           now - as_of of the last version seen
 //	topk_publish_last_move_timestamp_seconds      when any list last moved (Unix s)
-//	topk_publish_read_errors_total                moves whose list could not be read
+//	topk_publish_read_errors_total                moves whose list header could not be read
+//
+// Top lists and trending lists alike ({window} "trending"): each move costs
+// one read of the list's header (liststore.CurrentHeader, the first KB of
+// the blob), not the whole list.
 package publishobs
 
 import (
@@ -74,12 +78,15 @@ func Start(ctx context.Context, st *liststore.Store, now func() time.Time) (*Obs
 	go func() {
 		defer close(o.done)
 		for k := range ch {
-			l, err := st.CurrentList(ctx, k)
+			// The header only: a top list's entries are not needed, and
+			// a trending list is not a top list (CurrentList refused
+			// every one, counted as a read error).
+			_, asOf, err := st.CurrentHeader(ctx, k)
 			if err != nil {
 				o.errs.Inc()
 				continue
 			}
-			o.observe(k, l.AsOf)
+			o.observe(k, asOf)
 		}
 	}()
 	return o, nil

@@ -18,7 +18,8 @@ import (
 )
 
 // Property: every publish is counted by window, its lag is arrival - as_of
-// on the observer's clock, and each list's age follows the clock.
+// on the observer's clock, and each list's age follows the clock; a
+// trending list is observed like a top list, with no read error.
 func TestObserver(t *testing.T) {
 	addr := os.Getenv("REDIS_ADDR")
 	svctest.Report(t, "redis", addr != "", "REDIS_ADDR is not set: miniredis")
@@ -54,21 +55,35 @@ func TestObserver(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A trending list is observed like a top list (it used to be read as
+	// a top list, refused and counted as a read error).
+	tk := schemas.ListKey{Type: "hashtag", Scope: "IN-MH", Window: schemas.WindowTrending}
+	tb, err := schemas.MarshalTrending(&schemas.Trending{Type: tk.Type, Scope: tk.Scope, Window: tk.Window,
+		AsOf: asOf.Add(-3 * time.Second), Counts: schemas.CountsUsers, Version: 1,
+		Items: []schemas.TrendEntry{{Rank: 1, Item: "#a", Score: 1, Count5m: 30, PeakScore: 1, PeakAt: asOf}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.PublishRaw(ctx, tk, 1, tb); err != nil {
+		t.Fatal(err)
+	}
 	deadline := time.Now().Add(3 * time.Second)
-	for gather(t, reg)["topk_publish_moves_total{window=1m}"] < 3 {
+	for m := gather(t, reg); m["topk_publish_moves_total{window=1m}"] < 3 || m["topk_publish_moves_total{window=trending}"] < 1; m = gather(t, reg) {
 		if time.Now().After(deadline) {
-			t.Fatalf("moves seen: %v, want 3", gather(t, reg))
+			t.Fatalf("moves seen: %v, want 3 of the 1m list and 1 of the trending list", gather(t, reg))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	clock = asOf.Add(400 * time.Second)
 	got := gather(t, reg)
 	for name, want := range map[string]float64{
-		"topk_publish_list_age_seconds{list=video:global:1m}": 400,
-		"topk_publish_lag_seconds_count{window=1m}":           3,
-		"topk_publish_lag_seconds_sum{window=1m}":             21,
-		"topk_publish_last_move_timestamp_seconds":            float64(asOf.Add(7 * time.Second).Unix()),
-		"topk_publish_read_errors_total":                      0,
+		"topk_publish_list_age_seconds{list=video:global:1m}":        400,
+		"topk_publish_lag_seconds_count{window=1m}":                  3,
+		"topk_publish_lag_seconds_sum{window=1m}":                    21,
+		"topk_publish_last_move_timestamp_seconds":                   float64(asOf.Add(7 * time.Second).Unix()),
+		"topk_publish_read_errors_total":                             0,
+		"topk_publish_list_age_seconds{list=hashtag:IN-MH:trending}": 403,
+		"topk_publish_lag_seconds_sum{window=trending}":              10,
 	} {
 		if got[name] != want {
 			t.Errorf("%s = %v, want %v", name, got[name], want)

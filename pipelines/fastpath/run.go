@@ -48,17 +48,17 @@ func ObserveLag(ctx context.Context, st *liststore.Store) (*LagObserver, error) 
 				continue
 			}
 			at := time.Now()
-			l, err := st.CurrentList(ctx, k)
+			_, asOf, err := st.CurrentHeader(ctx, k)
 			if err != nil {
 				continue
 			}
-			if l.AsOf.After(at) {
+			if asOf.After(at) {
 				// Flushed before its window ended: the end of a finite input
 				// moves the watermark to infinity. Not a steady-state lag.
 				continue
 			}
 			o.mu.Lock()
-			o.lags = append(o.lags, float64(at.Sub(l.AsOf).Milliseconds()))
+			o.lags = append(o.lags, float64(at.Sub(asOf).Milliseconds()))
 			o.mu.Unlock()
 		}
 	}()
