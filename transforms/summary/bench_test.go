@@ -99,6 +99,28 @@ func BenchmarkCount(b *testing.B) {
 	}
 }
 
+// BenchmarkCounterSummary is Counter.Summary alone: a bundle's counts
+// (distinct items, one to four events each) turned into its summary of N =
+// 4,096 entries in key order, below N (every item kept), at it, and above
+// it (the N biggest selected first). The pre-aggregation builds one per
+// (list, partition) and bundle.
+func BenchmarkCounterSummary(b *testing.B) {
+	for _, distinct := range []int{1000, 4096, 20000} {
+		b.Run(fmt.Sprintf("distinct=%d", distinct), func(b *testing.B) {
+			cfg := DefaultConfig()
+			c := NewCounter(DefaultMaxDistinct)
+			for i := range distinct {
+				k := "item" + strconv.Itoa(i)
+				c.Add(k, Hash(k), uint64(1+i%4))
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				_ = c.Summary(cfg)
+			}
+		})
+	}
+}
+
 // BenchmarkMergeEvents merges the summaries of two disjoint event sets (two
 // minutes of Zipf(1.1) events, both with N = 4,096 entries).
 func BenchmarkMergeEvents(b *testing.B) {

@@ -2,6 +2,7 @@ package summary
 
 import (
 	"cmp"
+	"math/bits"
 	"slices"
 	"unsafe"
 
@@ -23,7 +24,8 @@ type Counter struct {
 	n           int
 	maxDistinct int
 	total       uint64
-	scratch     []int32 // reused by Summary
+	scratch     []int32  // reused by Summary
+	keys        []uint64 // reused by Summary
 }
 
 type slot struct {
@@ -212,12 +214,28 @@ func (c *Counter) Summary(cfg Config) *Summary {
 		}
 		idx = idx[:cfg.N]
 	}
-	sm.Entries = make([]Entry, len(idx))
-	for j, i := range idx {
-		s := &c.slots[i]
+	// Key order (hash, then item) without sorting 40-byte entries through
+	// a comparison function (half of this function's time in the
+	// streaming job's profile): each kept slot's hash with its low bits
+	// replaced by the slot's index, sorted as plain integers, orders the
+	// slots by their hashes' high bits; only entries that share those bits
+	// (almost never) can still be out of key order, which the check after
+	// mends.
+	b := uint(bits.Len(uint(len(c.slots))))
+	low := uint64(1)<<b - 1
+	keys := slices.Grow(c.keys[:0], len(idx))
+	for _, i := range idx {
+		keys = append(keys, c.slots[i].hash&^low|uint64(i))
+	}
+	slices.Sort(keys)
+	sm.Entries = make([]Entry, len(keys))
+	for j, k := range keys {
+		s := &c.slots[k&low]
 		sm.Entries[j] = Entry{Item: string(c.arena[s.off : s.off+s.len-1]), Hash: s.hash, Lo: s.count, Hi: s.count}
 	}
-	c.scratch = idx[:0]
-	sm.sortByKey()
+	c.scratch, c.keys = idx[:0], keys[:0]
+	if !slices.IsSortedFunc(sm.Entries, cmpKey) {
+		sm.sortByKey()
+	}
 	return sm
 }

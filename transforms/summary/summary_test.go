@@ -226,6 +226,48 @@ func TestCounterCounts(t *testing.T) {
 	}
 }
 
+// TestCounterSummaryKeyOrder: a counter's summary lists its entries in key
+// order (hash, then item) with the counts counted, below and above N,
+// also where hashes share their high bits or are equal (hashes given by
+// hand: Summary orders by the high bits first and must mend the rest),
+// against a reference sorted by cmpKey.
+func TestCounterSummaryKeyOrder(t *testing.T) {
+	for _, n := range []int{64, 300} {
+		c := NewCounter(0)
+		want := map[string]uint64{}
+		add := func(item string, h uint64, k uint64) {
+			c.Add(item, h, k)
+			want[item] += k
+		}
+		for i := range 200 {
+			it := "r" + strconv.Itoa(i)
+			add(it, Hash(it), uint64(1+i%7))
+		}
+		// 40 items whose hashes differ only in their low 8 bits, in
+		// descending order; and 10 pairs of items with one hash each.
+		for i := range 40 {
+			add("low"+strconv.Itoa(i), 0x5a5a_0000_0000_0000|uint64(255-i), uint64(3+i%5))
+		}
+		for i := range 10 {
+			h := uint64(0x7000_0000_0000_0000) + uint64(i)<<40
+			add("same-b"+strconv.Itoa(i), h, 4)
+			add("same-a"+strconv.Itoa(i), h, 4)
+		}
+		sm := c.Summary(Config{N: n})
+		if !slices.IsSortedFunc(sm.Entries, cmpKey) {
+			t.Fatalf("N=%d: entries not in key order", n)
+		}
+		if len(sm.Entries) != min(n, len(want)) {
+			t.Fatalf("N=%d: %d entries, want %d", n, len(sm.Entries), min(n, len(want)))
+		}
+		for _, e := range sm.Entries {
+			if e.Lo != want[e.Item] || e.Hi != want[e.Item] {
+				t.Errorf("N=%d: %s counted [%d, %d], want %d", n, e.Item, e.Lo, e.Hi, want[e.Item])
+			}
+		}
+	}
+}
+
 func TestPartitionSpread(t *testing.T) {
 	const p = 16
 	var n [p]int
