@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"math/bits"
 	"slices"
+	"sync"
 	"unsafe"
 
 	"github.com/topk-dev/topk/internal/topn"
@@ -24,9 +25,13 @@ type Counter struct {
 	n           int
 	maxDistinct int
 	total       uint64
-	scratch     []int32  // reused by Summary
-	keys        []uint64 // reused by Summary
+	scratch     []int32 // reused by Summary
 }
+
+// sortKeys is Summary's scratch for ordering the kept entries, pooled
+// rather than kept in each Counter: a pre-aggregation holds a counter per
+// (list, partition) of a bundle, thousands of them.
+var sortKeys = sync.Pool{New: func() any { return new([]uint64) }}
 
 type slot struct {
 	hash  uint64
@@ -223,7 +228,8 @@ func (c *Counter) Summary(cfg Config) *Summary {
 	// mends.
 	b := uint(bits.Len(uint(len(c.slots))))
 	low := uint64(1)<<b - 1
-	keys := slices.Grow(c.keys[:0], len(idx))
+	p := sortKeys.Get().(*[]uint64)
+	keys := slices.Grow((*p)[:0], len(idx))
 	for _, i := range idx {
 		keys = append(keys, c.slots[i].hash&^low|uint64(i))
 	}
@@ -233,7 +239,9 @@ func (c *Counter) Summary(cfg Config) *Summary {
 		s := &c.slots[k&low]
 		sm.Entries[j] = Entry{Item: string(c.arena[s.off : s.off+s.len-1]), Hash: s.hash, Lo: s.count, Hi: s.count}
 	}
-	c.scratch, c.keys = idx[:0], keys[:0]
+	c.scratch = idx[:0]
+	*p = keys[:0]
+	sortKeys.Put(p)
 	if !slices.IsSortedFunc(sm.Entries, cmpKey) {
 		sm.sortByKey()
 	}

@@ -226,11 +226,11 @@ func TestCounterCounts(t *testing.T) {
 	}
 }
 
-// TestCounterSummaryKeyOrder: a counter's summary lists its entries in key
-// order (hash, then item) with the counts counted, below and above N,
-// also where hashes share their high bits or are equal (hashes given by
-// hand: Summary orders by the high bits first and must mend the rest),
-// against a reference sorted by cmpKey.
+// TestCounterSummaryKeyOrder: a counter's summary lists min(N, distinct)
+// entries in key order (cmpKey: hash, then item), each with its exact
+// count, below and above N, also where hashes share their high bits or
+// are equal (hashes given by hand: Summary orders by the high bits first
+// and must mend the rest).
 func TestCounterSummaryKeyOrder(t *testing.T) {
 	for _, n := range []int{64, 300} {
 		c := NewCounter(0)
