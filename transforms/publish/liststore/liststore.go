@@ -191,14 +191,23 @@ redis.call('PUBLISH', ARGV[5], ARGV[6])
 return 1
 `)
 
-// currentScript reads the pointer and its blob. KEYS[1] pointer; ARGV[1]
-// blob key base. Returns nil without a pointer, else {n, blob or false}.
+// currentScript reads the pointer and its blob, or the blob's first
+// ARGV[2] bytes (GETRANGE) when ARGV[2] is not 0. KEYS[1] pointer;
+// ARGV[1] blob key base. Returns nil without a pointer, else {n, blob or
+// false}.
 var currentScript = redis.NewScript(`
 local cur = redis.call('GET', KEYS[1])
 if not cur then
   return nil
 end
-return {cur, redis.call('GET', ARGV[1] .. cur)}
+local key = ARGV[1] .. cur
+if ARGV[2] == '0' then
+  return {cur, redis.call('GET', key)}
+end
+if redis.call('EXISTS', key) == 0 then
+  return {cur, false}
+end
+return {cur, redis.call('GETRANGE', key, 0, tonumber(ARGV[2]) - 1)}
 `)
 
 // Publish writes l as a new version and moves its pointer, atomically (see
@@ -241,29 +250,38 @@ func (st *Store) PublishRaw(ctx context.Context, k schemas.ListKey, n int64, blo
 // Current returns the current blob of k and its version, read atomically, or
 // ErrNotFound when k has no version yet.
 func (st *Store) Current(ctx context.Context, k schemas.ListKey) (raw []byte, version int64, err error) {
-	if err := k.Validate(); err != nil {
-		return nil, 0, fmt.Errorf("current: %w", err)
+	blob, version, err := st.current(ctx, k, 0)
+	if err != nil {
+		return nil, 0, err
 	}
-	res, err := currentScript.Run(ctx, st.c, []string{st.PointerKey(k)}, st.base(k)+"v").Slice()
+	return []byte(blob), version, nil
+}
+
+// current is Current reading at most max bytes of the blob (0: all).
+func (st *Store) current(ctx context.Context, k schemas.ListKey, max int) (blob string, version int64, err error) {
+	if err := k.Validate(); err != nil {
+		return "", 0, fmt.Errorf("current: %w", err)
+	}
+	res, err := currentScript.Run(ctx, st.c, []string{st.PointerKey(k)}, st.base(k)+"v", max).Slice()
 	if errors.Is(err, redis.Nil) {
-		return nil, 0, fmt.Errorf("current %s: %w", k, ErrNotFound)
+		return "", 0, fmt.Errorf("current %s: %w", k, ErrNotFound)
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("current %s: %w", k, err)
+		return "", 0, fmt.Errorf("current %s: %w", k, err)
 	}
 	if len(res) != 2 {
-		return nil, 0, fmt.Errorf("current %s: script returned %d values", k, len(res))
+		return "", 0, fmt.Errorf("current %s: script returned %d values", k, len(res))
 	}
 	ns, _ := res[0].(string)
 	version, err = strconv.ParseInt(ns, 10, 64)
 	if err != nil {
-		return nil, 0, fmt.Errorf("current %s: pointer %q: %w", k, ns, err)
+		return "", 0, fmt.Errorf("current %s: pointer %q: %w", k, ns, err)
 	}
 	blob, ok := res[1].(string)
 	if !ok {
-		return nil, 0, fmt.Errorf("current %s: pointer names v%d but its blob is missing", k, version)
+		return "", 0, fmt.Errorf("current %s: pointer names v%d but its blob is missing", k, version)
 	}
-	return []byte(blob), version, nil
+	return blob, version, nil
 }
 
 // CurrentList is Current decoded and checked with schemas.UnmarshalList.
@@ -278,21 +296,6 @@ func (st *Store) CurrentList(ctx context.Context, k schemas.ListKey) (*schemas.L
 	}
 	return l, nil
 }
-
-// headerScript is currentScript reading only the first ARGV[2] bytes of
-// the blob (GETRANGE). Returns nil without a pointer, else {n, prefix or
-// false}.
-var headerScript = redis.NewScript(`
-local cur = redis.call('GET', KEYS[1])
-if not cur then
-  return nil
-end
-local key = ARGV[1] .. cur
-if redis.call('EXISTS', key) == 0 then
-  return {cur, false}
-end
-return {cur, redis.call('GETRANGE', key, 0, tonumber(ARGV[2]) - 1)}
-`)
 
 // headerBytes is how much of a blob CurrentHeader reads: the fields before
 // "items" take about 300 bytes in every list the encoders write (a long
@@ -309,36 +312,17 @@ const headerBytes = 1024
 // refuses a trending list. A header longer than the prefix falls back to
 // the whole blob.
 func (st *Store) CurrentHeader(ctx context.Context, k schemas.ListKey) (version int64, asOf time.Time, err error) {
-	if err := k.Validate(); err != nil {
-		return 0, asOf, fmt.Errorf("current header: %w", err)
-	}
-	res, err := headerScript.Run(ctx, st.c, []string{st.PointerKey(k)}, st.base(k)+"v", headerBytes).Slice()
-	if errors.Is(err, redis.Nil) {
-		return 0, asOf, fmt.Errorf("current header %s: %w", k, ErrNotFound)
-	}
+	prefix, version, err := st.current(ctx, k, headerBytes)
 	if err != nil {
-		return 0, asOf, fmt.Errorf("current header %s: %w", k, err)
-	}
-	if len(res) != 2 {
-		return 0, asOf, fmt.Errorf("current header %s: script returned %d values", k, len(res))
-	}
-	ns, _ := res[0].(string)
-	version, err = strconv.ParseInt(ns, 10, 64)
-	if err != nil {
-		return 0, asOf, fmt.Errorf("current header %s: pointer %q: %w", k, ns, err)
-	}
-	prefix, ok := res[1].(string)
-	if !ok {
-		return 0, asOf, fmt.Errorf("current header %s: pointer names v%d but its blob is missing", k, version)
+		return 0, time.Time{}, err
 	}
 	hk, hv, asOf, err := schemas.ListHeader([]byte(prefix))
 	if err != nil && len(prefix) == headerBytes {
 		// Cut inside the header: read the whole blob.
-		var raw []byte
-		if raw, version, err = st.Current(ctx, k); err != nil {
+		if prefix, version, err = st.current(ctx, k, 0); err != nil {
 			return 0, time.Time{}, err
 		}
-		hk, hv, asOf, err = schemas.ListHeader(raw)
+		hk, hv, asOf, err = schemas.ListHeader([]byte(prefix))
 	}
 	if err != nil {
 		return 0, time.Time{}, fmt.Errorf("current header %s v%d: %w", k, version, err)
