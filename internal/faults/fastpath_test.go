@@ -33,7 +33,10 @@ import (
 // acknowledged, and the windows die with the process. The last run replays
 // the recovery log: its 5m and 1h lists must count every published event
 // exactly once (the test's own recount of what it published; 40 items, so
-// the summaries are exact and any loss or double count shows). Then the
+// the summaries are exact and any loss or double count shows), and its
+// trending list (no warm-up, so it lists from the first minute) must list
+// items and give each its exact distinct users in count_5m: the scorer's
+// state dies with the process too and is rebuilt from the replay. Then the
 // log's Bigtable is cut for 15 s while more events arrive: the job must keep
 // running and count them once Bigtable is back. Services: Pub/Sub at
 // PUBSUB_EMULATOR_HOST (the official emulator in CI) or an in-process pstest
@@ -83,6 +86,9 @@ func TestFastPathKilled(t *testing.T) {
 		"--pubsub_endpoint=" + psAddr,
 		"--redis=" + rs.Addr(), "--types=video", "--scopes=false", "--rules=none",
 		"--bigtable_project=topk-test", "--bigtable_instance=" + instance,
+		// Trending lists from the first minute (no 20-minute warm-up), so
+		// that the trending state's recovery is checked too.
+		"--trend_warm_up=0s",
 	}
 	env := []string{"REDIS_ADDR=", "BIGTABLE_EMULATOR_HOST=" + btProxy.Addr()}
 
@@ -154,8 +160,12 @@ func TestFastPathKilled(t *testing.T) {
 		exactAt              time.Duration // since the last event was published; 0: never exact
 	}
 	res := map[schemas.Window]*outcome{schemas.Window5m: {}, schemas.Window1h: {}}
+	var trend trendOutcome
 	for end := time.Now().Add(150 * time.Second); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
-		pending := false
+		pending := trend.exactAt == 0
+		if pending {
+			trend.check(ctx, st, restart, done, exact)
+		}
 		for w, o := range res {
 			if o.exactAt > 0 {
 				continue
@@ -182,8 +192,16 @@ func TestFastPathKilled(t *testing.T) {
 			continue
 		}
 		rep.add(fault, check, o.exactAt > 0,
-			"%d items (%d events, every 10th beacon published twice): list as of %s: %d under-counted, %d over-counted, %d missing; exact %.0f s after the last event",
-			len(exact), total, o.list.AsOf.Format("15:04:05"), o.under, o.over, o.missing, o.exactAt.Seconds())
+			"%d items (%d events, every 10th beacon published twice): list as of %s: %d under-counted, %d over-counted, %d missing; %s after the last event",
+			len(exact), total, o.list.AsOf.Format("15:04:05"), o.under, o.over, o.missing, exactAfter(o.exactAt))
+	}
+	trendCheck := "trending list's count_5m exact for every item listed"
+	if trend.list == nil {
+		rep.add(fault, trendCheck, false, "no trending list as of after the last event within 150 s; log:\n%s", job.tail())
+	} else {
+		rep.add(fault, trendCheck, trend.exactAt > 0,
+			"distinct users (the job's trending counts) of %d items: list as of %s with %d items (%s): %d under-counted, %d over-counted; %s after the last event",
+			len(exact), trend.list.AsOf.Format("15:04:05"), len(trend.list.Items), trend.list.Counts, trend.under, trend.over, exactAfter(trend.exactAt))
 	}
 	logText, _ := os.ReadFile(job.log)
 	replayed := strings.Contains(string(logText), "replay done")
@@ -230,8 +248,56 @@ func TestFastPathKilled(t *testing.T) {
 		return
 	}
 	rep.add(outage, "1h list exact once Bigtable is back", exactAt > 0,
-		"%d more events during the outage: list as of %s: %d under-counted, %d over-counted, %d missing; exact %.0f s after its return",
-		len(third), last.AsOf.Format("15:04:05"), under, over, missing, exactAt.Seconds())
+		"%d more events during the outage: list as of %s: %d under-counted, %d over-counted, %d missing; %s after its return",
+		len(third), last.AsOf.Format("15:04:05"), under, over, missing, exactAfter(exactAt))
+}
+
+// exactAfter says when a list became exact: "exact N s", or "never exact"
+// (0: the check's deadline passed first; the figures are the last list's).
+func exactAfter(d time.Duration) string {
+	if d == 0 {
+		return "never exact"
+	}
+	return fmt.Sprintf("exact %.0f s", d.Seconds())
+}
+
+// trendOutcome is the trending list's check in TestFastPathKilled.
+type trendOutcome struct {
+	list        *schemas.Trending
+	under, over int
+	exactAt     time.Duration // since the last event was published; 0: not yet
+}
+
+// check reads the video/global trending list and, once it is as of after
+// both the last start and the last event, compares each listed item's
+// count_5m with exact (every user posts an item once, so the distinct
+// users are the events; the beacons published twice repeat users, which
+// must count once). The whole stream is inside its 5 minutes. Which items
+// the list holds depends on when its ticks fell against the stream (an
+// item scores against its own earlier shares, and the restarts move the
+// ticks), so only a non-empty list is required of its membership.
+func (o *trendOutcome) check(ctx context.Context, st *liststore.Store, restart, done time.Time, exact map[string]uint64) {
+	raw, _, err := st.Current(ctx, schemas.ListKey{Type: "video", Scope: "global", Window: schemas.WindowTrending})
+	if err != nil || raw == nil {
+		return
+	}
+	l, err := schemas.UnmarshalTrending(raw)
+	if err != nil || l.AsOf.Before(restart) || l.AsOf.Before(done) {
+		return
+	}
+	o.list = l
+	o.under, o.over = 0, 0
+	for _, e := range l.Items {
+		switch want := exact[e.Item]; {
+		case e.Count5m < want:
+			o.under++
+		case e.Count5m > want:
+			o.over++
+		}
+	}
+	if o.under == 0 && o.over == 0 && len(l.Items) > 0 && l.Counts == schemas.CountsUsers {
+		o.exactAt = max(time.Since(done), time.Millisecond)
+	}
 }
 
 // replaySpan reports how long the replay in a job's log took, from its
