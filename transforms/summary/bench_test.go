@@ -135,6 +135,23 @@ func BenchmarkMergeEvents(b *testing.B) {
 	}
 }
 
+// BenchmarkMergeEventsCut is a window aggregate's merge in the sliding
+// windows: two 10 s buckets' summaries (N = 4,096 of 20,000 Zipf(1.1)
+// events each, so most entries count 1 or 2) merged and cut to 1,100
+// entries (the aggregates' N, slide.Config.AggN), where the cut falls
+// among thousands of entries tied at a small count.
+func BenchmarkMergeEventsCut(b *testing.B) {
+	cfg := DefaultConfig()
+	x := countedSummary(cfg, zipfKeys(21, 1.1, benchUniverse, 20_000))
+	y := countedSummary(cfg, zipfKeys(22, 1.1, benchUniverse, 20_000))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := MergeEventsN(x, y, 1100); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkMergerSlidingHour is the sliding hour's merge: 60 encoded minute
 // summaries decoded and merged by one Merger. One op is the whole 60-way
 // merge; summaries/s counts the minutes merged.

@@ -19,7 +19,7 @@ var his = sync.Pool{New: func() any { return new([]uint64) }}
 // reordering es: the n-th largest hi h is found from the hi values alone (a
 // selection over 8-byte integers, not over 40-byte entries compared through
 // their items), every entry above h is kept, and only the entries tied at h are
-// ranked (lo descending, item ascending) to fill the rest. So the cut keeps
+// ranked (lo descending, then hash) to fill the rest. So the cut keeps
 // key order and needs no sort afterwards.
 func cutTop(dst, es []Entry, n int, floor uint64) ([]Entry, uint64) {
 	var dropped uint64

@@ -138,8 +138,13 @@ func cmpKey(a, b Entry) int {
 
 func (sm *Summary) sortByKey() { slices.SortFunc(sm.Entries, cmpKey) }
 
-// cmpRank orders by Hi descending, then Lo descending, then item: the
-// answer's rank order, deterministic for equal counts.
+// cmpRank orders by Hi descending, then Lo descending, then the item's hash,
+// then item: the answer's rank order and every cut's, deterministic for
+// equal counts. Equal counts go by hash, as Counter.Summary's cut
+// (CompareCounted) does, not by name: a cut falls among thousands of
+// entries of one small count, and name order favoured whatever sorts first
+// (in a spam wave, "#junk..." over "#t..."; a spammer could pick names
+// to win every tie), at the price of a string comparison per pair.
 func cmpRank(a, b Entry) int {
 	if a.Hi != b.Hi {
 		if a.Hi > b.Hi {
@@ -149,6 +154,12 @@ func cmpRank(a, b Entry) int {
 	}
 	if a.Lo != b.Lo {
 		if a.Lo > b.Lo {
+			return -1
+		}
+		return 1
+	}
+	if a.Hash != b.Hash {
+		if a.Hash < b.Hash {
 			return -1
 		}
 		return 1
