@@ -143,8 +143,10 @@ func (sm *Summary) sortByKey() { slices.SortFunc(sm.Entries, cmpKey) }
 // equal counts. Equal counts go by hash, as Counter.Summary's cut
 // (CompareCounted) does, not by name: a cut falls among thousands of
 // entries of one small count, and name order favoured whatever sorts first
-// (in a spam wave, "#junk..." over "#t..."; a spammer could pick names
-// to win every tie), at the price of a string comparison per pair.
+// (in a spam wave, "#junk..." over "#t..."; a spammer had only to pick
+// names that sort first, where against the unkeyed hash it must search
+// for names of small hashes), at the price of a string comparison per
+// pair.
 func cmpRank(a, b Entry) int {
 	if a.Hi != b.Hi {
 		if a.Hi > b.Hi {
