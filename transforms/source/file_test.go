@@ -4,15 +4,18 @@ import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/mtime"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/passert"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/ptest"
@@ -170,7 +173,7 @@ func TestFileReader(t *testing.T) {
 	for _, l := range lines {
 		in.WriteString(l + "\n")
 	}
-	fr := fileReader{r: bufio.NewReader(&in), beacon: 4, prefix: "f"}
+	fr := newFileReader(bufio.NewReader(&in), 4, "f", startCursor)
 	type out struct {
 		clock  int64
 		id     string
@@ -178,12 +181,13 @@ func TestFileReader(t *testing.T) {
 	}
 	var got []out
 	var gotDead []schemas.DeadLetter
-	err := fr.run(func(clock int64, data []byte) {
+	_, err := fr.run(func(clock int64, data []byte, _ fileCursor) bool {
 		var bc schemas.Beacon
 		if err := schemas.UnmarshalBeacon(data, &bc); err != nil {
 			t.Fatal(err)
 		}
 		got = append(got, out{clock: clock, id: bc.BeaconID, events: len(bc.Events)})
+		return true
 	}, func(d schemas.DeadLetter) { gotDead = append(gotDead, d) })
 	if err != nil {
 		t.Fatal(err)
@@ -234,15 +238,16 @@ func TestFileReaderLongLine(t *testing.T) {
 	long := `{"event_id":"` + strings.Repeat("x", maxLineBytes) + `"}`
 	ok := `{"event_id":"e","type":"video","item":"v_1","ts":"2026-11-30T10:00:00Z"}`
 	in := strings.NewReader(ok + "\n" + long + "\n" + ok + "\n")
-	fr := fileReader{r: bufio.NewReaderSize(in, 4096), beacon: 10, prefix: "f"}
+	fr := newFileReader(bufio.NewReaderSize(in, 4096), 10, "f", startCursor)
 	var events int
 	var gotDead []schemas.DeadLetter
-	err := fr.run(func(_ int64, data []byte) {
+	_, err := fr.run(func(_ int64, data []byte, _ fileCursor) bool {
 		var r schemas.BeaconReader
 		if err := r.Reset(data); err != nil {
 			t.Fatal(err)
 		}
 		events += r.Len()
+		return true
 	}, func(d schemas.DeadLetter) { gotDead = append(gotDead, d) })
 	if err != nil {
 		t.Fatal(err)
@@ -253,4 +258,143 @@ func TestFileReaderLongLine(t *testing.T) {
 	if d := gotDead[0]; !strings.Contains(d.Reason, "line 2: longer than") || len(d.Payload) != schemas.MaxDeadLetterPayload {
 		t.Errorf("dead letter reason %q, payload %d bytes", d.Reason, len(d.Payload))
 	}
+}
+
+// startCursor is a new reader's cursor: the start of the file.
+var startCursor = fileCursor{Clock: int64(mtime.MinTimestamp)}
+
+// drive runs fn over the file as a runner would: a call per restriction,
+// each checkpoint's residual the next call's. After a call's split-th
+// beacon (0: never) the "runner" splits the restriction at fraction 0
+// from outside, as it may at any time, so the next claim is refused.
+// reopen empties openReaders before each call, so every resumed call
+// opens the file again and skips to its cursor. It returns what
+// beaconEventsFn and deadLetterKeyFn print, in order, and checks that no
+// beacon is stamped behind the watermark reported before it. (A split
+// lands between a beacon's claim and the next: the source stops there
+// and the residual goes on from the split.)
+func drive(t *testing.T, fn *fileFn, split int, reopen bool) (got, gotDead []string, calls int) {
+	t.Helper()
+	rest := fn.CreateInitialRestriction(nil)
+	wmState := fn.InitialWatermarkEstimatorState(0, rest, nil)
+	for ; calls < 10000; calls++ {
+		if reopen {
+			openReaders.Lock()
+			for _, or := range openReaders.m {
+				or.close()
+			}
+			openReaders.m, openReaders.order = nil, nil
+			openReaders.Unlock()
+		}
+		rt := fn.CreateTracker(rest)
+		we := fn.CreateWatermarkEstimator(wmState)
+		n := 0
+		var residual any
+		emit := func(ts beam.EventTime, data []byte) {
+			if wm := we.CurrentWatermark().UnixMilli(); int64(ts) < wm {
+				t.Fatalf("beacon stamped %d, behind the watermark %d", ts, wm)
+			}
+			if err := beaconEventsFn(ts, data, func(s string) { got = append(got, s) }); err != nil {
+				t.Fatal(err)
+			}
+			if n++; n == split {
+				var err error
+				if _, residual, err = rt.TrySplit(0); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		dead := func(d schemas.DeadLetter) { deadLetterKeyFn(d, func(s string) { gotDead = append(gotDead, s) }) }
+		pc, err := fn.ProcessElement(context.Background(), we, rt, nil, emit, dead)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wmState = fn.WatermarkEstimatorState(we)
+		if pc.ShouldResume() {
+			if residual != nil {
+				t.Fatal("a call resumed after the runner split it")
+			}
+			if _, residual, err = rt.TrySplit(0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if residual == nil {
+			if !rt.IsDone() {
+				t.Fatal("stopped without a residual, not done")
+			}
+			return got, gotDead, calls + 1
+		}
+		rest = residual.(fileRestriction)
+	}
+	t.Fatal("no end after 10,000 calls")
+	return nil, nil, 0
+}
+
+// TestFileSourceResumes: read in calls that checkpoint after every beacon,
+// or are split by the runner in the middle of a call, with the reader kept
+// between calls or the file opened again at the cursor each time, plain or
+// gzip, the file source emits exactly the beacons and dead letters of one
+// pass, in order, never behind its watermark; beacons that end at the size
+// limit (before the line just read) resume at that line.
+func TestFileSourceResumes(t *testing.T) {
+	const b = 20
+	lines, want, dead := testEvents(53, b) // 3 beacons by count
+	// Big events (padded with JSON whitespace: an event's fields have
+	// length limits): 20 of them pass maxBeaconLineBytes twice, so
+	// beacons also end at the size limit, with a line read past their end.
+	pad := strings.Repeat(" ", min(maxLineBytes-200, maxBeaconLineBytes/3))
+	for i := 0; i < 20; i++ {
+		lines = append(lines, fmt.Sprintf(`{"event_id":"b-%d",%s"type":"video","item":"v_%d","ts":"2026-11-30T11:00:00Z"}`, i, pad, i))
+	}
+	lines = append(lines, "not json either") // a dead letter after the last beacon
+	for _, name := range []string{"events.ndjson", "events.ndjson.gz"} {
+		path := filepath.Join(t.TempDir(), name)
+		writeFile(t, path, lines)
+		// One pass, one call: what every other way of reading must give.
+		one := &fileFn{Path: path, Beacon: b, Slack: time.Second, BundleTime: time.Hour}
+		wantAll, wantDead, calls := drive(t, one, 0, false)
+		if calls != 1 {
+			t.Fatalf("%s: one pass took %d calls", name, calls)
+		}
+		beacons := 0
+		for _, l := range wantAll {
+			if strings.Contains(l, " @ ") {
+				beacons++
+			}
+		}
+		// By count alone: 73 events in 4 beacons.
+		if n := len(wantAll) - beacons; n != 73 || beacons < 5 || !slices.Equal(wantDead[:len(dead)], dead) || len(wantDead) != len(dead)+1 {
+			t.Fatalf("%s: one pass: %d events in %d beacons, %d dead letters; want 73 in 5 or more (the size limit), %d", name, n, beacons, len(wantDead), len(dead)+1)
+		}
+		if !isSubset(want, wantAll) {
+			t.Fatalf("%s: one pass does not hold the small events as TestFileSource reads them", name)
+		}
+		for _, c := range []struct {
+			split  int
+			reopen bool
+		}{{0, false}, {0, true}, {1, false}, {2, true}} {
+			fn := &fileFn{Path: path, Beacon: b, Slack: time.Second} // BundleTime 0: a checkpoint after every beacon
+			got, gotDead, calls := drive(t, fn, c.split, c.reopen)
+			if !slices.Equal(got, wantAll) || !slices.Equal(gotDead, wantDead) {
+				t.Errorf("%s split %d reopen %v: %d calls: %d lines and %d dead letters, not one pass's (%d, %d) in order", name, c.split, c.reopen, calls, len(got), len(gotDead), len(wantAll), len(wantDead))
+			}
+			if calls < beacons {
+				t.Errorf("%s split %d reopen %v: %d calls, want one per beacon at least", name, c.split, c.reopen, calls)
+			}
+		}
+	}
+}
+
+// isSubset reports whether every string of a is in b (as many times).
+func isSubset(a, b []string) bool {
+	n := map[string]int{}
+	for _, s := range b {
+		n[s]++
+	}
+	for _, s := range a {
+		if n[s]--; n[s] < 0 {
+			return false
+		}
+	}
+	return true
 }

@@ -77,19 +77,26 @@
 // Dataflow, the native read's own exactly-once semantics and the runner's
 // durable state apply, and the recovery log is refused.
 //
-// file:PATH — bounded. NDJSON events (gzip when PATH ends in ".gz"), read in
-// order by one worker; consecutive valid lines are grouped into beacons of
-// up to `beacon` events (default 500; fewer when the lines would exceed the
-// beacon size limit). A malformed line goes to the dead letters (stage
-// "source", the line number and error as reason, the line as payload) and
-// the beacon continues. A beacon's element timestamp is the data clock as it
-// stood when the beacon's first event arrived: the largest event ts of all
-// the beacons before it (the first beacon: its own earliest ts). It is
+// file:PATH — NDJSON events (gzip when PATH ends in ".gz"), read in order
+// by one splittable DoFn (fileFn) whose restriction is the reader's cursor;
+// consecutive valid lines are grouped into beacons of up to `beacon` events
+// (default 500; fewer when the lines would exceed the beacon size limit).
+// A malformed line goes to the dead letters (stage "source", the line
+// number and error as reason, the line as payload) and the beacon
+// continues. A beacon's element timestamp is the data clock as it stood
+// when the beacon's first event arrived: the largest event ts of all the
+// beacons before it (the first beacon: its own earliest ts). It is
 // monotone, so downstream can judge an event's lateness as its own ts
-// against its element's timestamp, and a beacon spanning a long stretch of a
-// sparse file does not make its own first events late. Events are kept as
-// they are; an event without ts does not move the clock (validation rejects
-// it downstream).
+// against its element's timestamp, and a beacon spanning a long stretch of
+// a sparse file does not make its own first events late. Events are kept
+// as they are; an event without ts does not move the clock (validation
+// rejects it downstream). The read checkpoints every Options.BundleTime,
+// and the watermark follows the data clock minus `slack` (default
+// DefaultFileSlack, the fast path's allowed lateness plus a bucket, which
+// the fast path keeps it above): windows fire as the replay goes, as they
+// do live, and the job's state holds what its windows cover, not the
+// whole file's span (see fileFn). The job ends when the file is read and
+// every window has flushed.
 //
 // synthetic:rate=R,duration=D,... — unbounded: a seeded generator (see
 // Generator) of beacons at R events/s for D, Zipf over N items, for
@@ -211,7 +218,8 @@ func Validate(spec Spec, opts Options) error {
 // binary beacon per element, timestamped with its event time (as the package
 // doc says per source); deadLetters is a PCollection<schemas.DeadLetter> of
 // input the source could not parse (only the file source has any). Both are
-// in the global window. They are bounded for file, unbounded otherwise.
+// in the global window, and unbounded (the file source too: it
+// checkpoints, so its output is a stream that ends).
 //
 // Read panics when Validate(spec, opts) fails (call it first for an error
 // instead): a bad configuration fails at construction, never on a worker.
@@ -224,7 +232,7 @@ func Read(s beam.Scope, spec Spec, opts Options) (beacons, deadLetters beam.PCol
 	switch spec.Kind {
 	case KindFile:
 		imp := beam.Impulse(s)
-		return beam.ParDo2(s, &fileFn{Path: spec.File.Path, Beacon: spec.File.Beacon}, imp)
+		return beam.ParDo2(s, &fileFn{Path: spec.File.Path, Beacon: spec.File.Beacon, Slack: spec.File.Slack, BundleTime: opts.BundleTime}, imp)
 	case KindSynthetic:
 		imp := beam.Impulse(s)
 		beacons = beam.ParDo(s, &syntheticFn{Spec: spec.Synthetic, BundleTime: opts.BundleTime}, imp)

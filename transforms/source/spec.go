@@ -35,7 +35,7 @@ var ErrBadSpec = errors.New("bad source spec")
 // left out):
 //
 //	pubsub:projects/P/subscriptions/S[?idle_stop=D,slack=D,readers=N]
-//	file:PATH[?beacon=B]
+//	file:PATH[?beacon=B,slack=D]
 //	synthetic:rate=R,duration=D,items=N,zipf=S,seed=X,beacon=B[,types=video|hashtag][,countries=N][,users=U][,events=E]
 //
 // Durations are Go durations ("10s", "1m30s"). A file path may not contain
@@ -71,6 +71,12 @@ type FileSpec struct {
 	Path string
 	// Beacon is the number of events per beacon. Zero means DefaultBeacon.
 	Beacon int
+	// Slack is how far the watermark stays behind the data clock (the
+	// largest event time read so far): a bucket closes once the clock is
+	// Slack past its end. Zero means DefaultFileSlack; the fast path sets
+	// it to its allowed lateness plus a bucket, so that every event it
+	// still counts is read before its bucket closes.
+	Slack time.Duration
 }
 
 // SyntheticSpec configures the synthetic generator.
@@ -105,15 +111,18 @@ type SyntheticSpec struct {
 
 // Defaults.
 const (
-	DefaultBeacon  = 500
-	DefaultSlack   = 2 * time.Second
-	defaultItems   = 100_000
-	defaultZipf    = 1.1
-	defaultSeed    = 1
-	defaultUsers   = 1_000_000
-	defaultType    = "video" // the file source's type when an event has none
-	defaultReaders = 1
-	maxReaders     = 64
+	DefaultBeacon = 500
+	DefaultSlack  = 2 * time.Second
+	// DefaultFileSlack is the file source's default Slack: the fast path's
+	// default allowed lateness (2 minutes) plus a bucket (10 s).
+	DefaultFileSlack = 2*time.Minute + 10*time.Second
+	defaultItems     = 100_000
+	defaultZipf      = 1.1
+	defaultSeed      = 1
+	defaultUsers     = 1_000_000
+	defaultType      = "video" // the file source's type when an event has none
+	defaultReaders   = 1
+	maxReaders       = 64
 )
 
 // defaultTypes are the synthetic source's types when none are given.
@@ -156,8 +165,10 @@ func ParseSpec(s string) (Spec, error) {
 			switch k {
 			case "beacon":
 				sp.File.Beacon, err = parseInt(v)
+			case "slack":
+				sp.File.Slack, err = parseDuration(v)
 			default:
-				return errUnknown(k, "beacon")
+				return errUnknown(k, "beacon, slack")
 			}
 			return err
 		})
@@ -255,6 +266,9 @@ func (sp Spec) withDefaults() Spec {
 	if sp.File.Beacon == 0 {
 		sp.File.Beacon = DefaultBeacon
 	}
+	if sp.File.Slack == 0 {
+		sp.File.Slack = DefaultFileSlack
+	}
 	g := &sp.Synthetic
 	if g.Items == 0 {
 		g.Items = defaultItems
@@ -317,6 +331,9 @@ func (p PubsubSpec) validate() error {
 func (f FileSpec) validate() error {
 	if f.Path == "" {
 		return errors.New("missing path (file:PATH)")
+	}
+	if f.Slack < 0 {
+		return fmt.Errorf("slack %s is negative", f.Slack)
 	}
 	return checkBeacon(f.Beacon)
 }
@@ -387,7 +404,7 @@ func (sp Spec) String() string {
 		o = append(o, "slack="+p.Slack.String(), "readers="+strconv.Itoa(p.Readers))
 		return "pubsub:" + p.Subscription + "?" + strings.Join(o, ",")
 	case KindFile:
-		return "file:" + sp.File.Path + "?beacon=" + strconv.Itoa(sp.File.Beacon)
+		return "file:" + sp.File.Path + "?beacon=" + strconv.Itoa(sp.File.Beacon) + ",slack=" + sp.File.Slack.String()
 	case KindSynthetic:
 		g := sp.Synthetic
 		o := []string{
