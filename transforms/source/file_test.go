@@ -266,14 +266,14 @@ var startCursor = fileCursor{Clock: int64(mtime.MinTimestamp)}
 // drive runs fn over the file as a runner would: a call per restriction,
 // each checkpoint's residual the next call's. After a call's split-th
 // beacon (0: never) the "runner" splits the restriction at fraction 0
-// from outside, as it may at any time, so the next claim is refused.
-// reopen empties openReaders before each call, so every resumed call
-// opens the file again and skips to its cursor. It returns what
-// beaconEventsFn and deadLetterKeyFn print, in order, and checks that no
-// beacon is stamped behind the watermark reported before it. (A split
-// lands between a beacon's claim and the next: the source stops there
-// and the residual goes on from the split.)
-func drive(t *testing.T, fn *fileFn, split int, reopen bool) (got, gotDead []string, calls int) {
+// from outside, as it may at any time (it lands between a beacon's claim
+// and the next: the source stops there and the residual goes on from
+// the split). reopen empties openReaders before each call, so every
+// resumed call opens the file again and skips to its cursor. It returns
+// what beaconEventsFn and deadLetterKeyFn print, in order, the calls and
+// the watermark estimator's state at the end, and checks that no beacon
+// is stamped behind the watermark reported before it.
+func drive(t *testing.T, fn *fileFn, split int, reopen bool) (got, gotDead []string, calls int, wm int64) {
 	t.Helper()
 	rest := fn.CreateInitialRestriction(nil)
 	wmState := fn.InitialWatermarkEstimatorState(0, rest, nil)
@@ -322,12 +322,12 @@ func drive(t *testing.T, fn *fileFn, split int, reopen bool) (got, gotDead []str
 			if !rt.IsDone() {
 				t.Fatal("stopped without a residual, not done")
 			}
-			return got, gotDead, calls + 1
+			return got, gotDead, calls + 1, wmState
 		}
 		rest = residual.(fileRestriction)
 	}
 	t.Fatal("no end after 10,000 calls")
-	return nil, nil, 0
+	return nil, nil, 0, 0
 }
 
 // TestFileSourceResumes: read in calls that checkpoint after every beacon,
@@ -352,7 +352,7 @@ func TestFileSourceResumes(t *testing.T) {
 		writeFile(t, path, lines)
 		// One pass, one call: what every other way of reading must give.
 		one := &fileFn{Path: path, Beacon: b, Slack: time.Second, BundleTime: time.Hour}
-		wantAll, wantDead, calls := drive(t, one, 0, false)
+		wantAll, wantDead, calls, _ := drive(t, one, 0, false)
 		if calls != 1 {
 			t.Fatalf("%s: one pass took %d calls", name, calls)
 		}
@@ -374,7 +374,12 @@ func TestFileSourceResumes(t *testing.T) {
 			reopen bool
 		}{{0, false}, {0, true}, {1, false}, {2, true}} {
 			fn := &fileFn{Path: path, Beacon: b, Slack: time.Second} // BundleTime 0: a checkpoint after every beacon
-			got, gotDead, calls := drive(t, fn, c.split, c.reopen)
+			got, gotDead, calls, wm := drive(t, fn, c.split, c.reopen)
+			// The watermark moved with the reads: the data clock (the
+			// big events' ts, the file's latest) minus the slack.
+			if want := time.Date(2026, 11, 30, 11, 0, 0, 0, time.UTC).Add(-time.Second).UnixMilli(); wm != want {
+				t.Errorf("%s split %d reopen %v: watermark %d at the end, want %d", name, c.split, c.reopen, wm, want)
+			}
 			if !slices.Equal(got, wantAll) || !slices.Equal(gotDead, wantDead) {
 				t.Errorf("%s split %d reopen %v: %d calls: %d lines and %d dead letters, not one pass's (%d, %d) in order", name, c.split, c.reopen, calls, len(got), len(gotDead), len(wantAll), len(wantDead))
 			}
