@@ -11,7 +11,10 @@ import (
 // fullScorer returns a scorer at the default cap whose items have a full
 // week of hourly history (the state's worst case) and 1,100-entry Zipf
 // inputs to continue with, built with a fixed seed.
-func fullScorer(b *testing.B) (*Scorer, func(i int) Input) {
+func fullScorer(b *testing.B) (*Scorer, func(i int) Input) { return scorerWithHours(b, 0) }
+
+// scorerWithHours is fullScorer with hours of history (0: a full week).
+func scorerWithHours(b *testing.B, hours int) (*Scorer, func(i int) Input) {
 	cfg := DefaultConfig()
 	cfg.WarmUp = 0
 	sc := New("video", "global", cfg)
@@ -32,7 +35,10 @@ func fullScorer(b *testing.B) (*Scorer, func(i int) Input) {
 		return in
 	}
 	at := t0
-	for h := 0; h < cfg.Hours; h++ {
+	if hours == 0 {
+		hours = cfg.Hours
+	}
+	for h := 0; h < hours; h++ {
 		at = at.Add(time.Hour)
 		if _, err := sc.Step(context.Background(), mk(at), nil); err != nil {
 			b.Fatal(err)
@@ -67,21 +73,31 @@ func BenchmarkStep(b *testing.B) {
 }
 
 // BenchmarkStateRoundTrip: what the Beam wrapper pays per firing besides
-// scoring: decode the state, encode it again.
+// scoring: decode the state, encode it again; with a full week of
+// history, and with 3 hours (a young list, or a replay's first hours:
+// most hourly slots empty).
 func BenchmarkStateRoundTrip(b *testing.B) {
-	sc, _ := fullScorer(b)
-	raw, _ := sc.MarshalBinary()
-	b.ReportAllocs()
-	b.SetBytes(int64(len(raw)))
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		d, err := Decode("video", "global", sc.cfg, raw)
-		if err != nil {
-			b.Fatal(err)
+	for _, hours := range []int{0, 3} {
+		name := "week"
+		if hours > 0 {
+			name = fmt.Sprintf("hours=%d", hours)
 		}
-		if _, err := d.MarshalBinary(); err != nil {
-			b.Fatal(err)
-		}
+		b.Run(name, func(b *testing.B) {
+			sc, _ := scorerWithHours(b, hours)
+			raw, _ := sc.MarshalBinary()
+			b.ReportAllocs()
+			b.SetBytes(int64(len(raw)))
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				d, err := Decode("video", "global", sc.cfg, raw)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := d.MarshalBinary(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(len(raw)), "state-B")
+		})
 	}
-	b.ReportMetric(float64(len(raw)), "state-B")
 }
