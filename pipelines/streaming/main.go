@@ -86,7 +86,7 @@ type Flags struct {
 // Register defines the flags on fs with their defaults.
 func (f *Flags) Register(fs *flag.FlagSet) {
 	d := fastpath.DefaultConfig()
-	fs.StringVar(&f.Source, "source", "", "pubsub:projects/P/subscriptions/S | file:PATH | synthetic:rate=R,duration=D,items=N,zipf=S,seed=X,beacon=B")
+	fs.StringVar(&f.Source, "source", "", "pubsub:projects/P/subscriptions/S | file:PATH[?beacon=B,slack=D] | synthetic:rate=R,duration=D,items=N,zipf=S,seed=X,beacon=B")
 	fs.IntVar(&f.Partitions, "partitions", d.Preagg.Partitions, "counter partitions P (item lives in hash(item) mod P)")
 	fs.IntVar(&f.RegionParts, "region_partitions", d.Preagg.RegionPartitions, "partitions each region's lists use, of the P (fewer: less window state for the many small lists); 0 or P: all. Like --partitions, change it with a new job, not an update")
 	fs.DurationVar(&f.AllowedLateness, "allowed_lateness", d.Preagg.AllowedLateness, "events later than this are left to the exact path")

@@ -26,6 +26,7 @@ func TestParseSpec(t *testing.T) {
 			Subscription: "projects/p/subscriptions/s", IdleStop: 10 * time.Second, Slack: 500 * time.Millisecond, Readers: 3}})},
 		{"file:/tmp/x.ndjson", withDefaults(Spec{Kind: KindFile, File: FileSpec{Path: "/tmp/x.ndjson"}})},
 		{"file:data/x.ndjson.gz?beacon=7", withDefaults(Spec{Kind: KindFile, File: FileSpec{Path: "data/x.ndjson.gz", Beacon: 7}})},
+		{"file:x?slack=5m", withDefaults(Spec{Kind: KindFile, File: FileSpec{Path: "x", Slack: 5 * time.Minute}})},
 		{"file:rel, with comma.ndjson", withDefaults(Spec{Kind: KindFile, File: FileSpec{Path: "rel, with comma.ndjson"}})},
 		{"synthetic:", synth(func(*SyntheticSpec) {})},
 		{"synthetic:rate=1000000,duration=2m,items=1000000,zipf=0.9,seed=42,beacon=1000", synth(func(g *SyntheticSpec) {
@@ -76,6 +77,8 @@ func TestParseSpecErrors(t *testing.T) {
 		{"file:x?beacon=0x", "beacon=0x"},
 		{"file:x?beacon=10001", "beacon 10001 is not in [1, 10000]"},
 		{"file:x?beacon=-1", "beacon -1 is not in [1, 10000]"},
+		{"file:x?slack=-1s", "slack -1s is negative"},
+		{"file:x?slack=soon", "slack=soon"},
 		{"synthetic:rate=-1", "rate -1 is not a finite number >= 0"},
 		{"synthetic:rate=NaN", "rate NaN"},
 		{"synthetic:rate=fast", "rate=fast"},

@@ -96,6 +96,7 @@ func BenchmarkStateRoundTrip(b *testing.B) {
 				if _, err := d.MarshalBinary(); err != nil {
 					b.Fatal(err)
 				}
+				d.Release() // as trendbeam does after writing the state
 			}
 			b.ReportMetric(float64(len(raw)), "state-B")
 		})

@@ -191,6 +191,9 @@ type Scorer struct {
 	cut         item // the list's cut share history (name unused)
 	items       map[string]*item
 	coverageSet bool // History coverage was asked for
+	// slab is the pooled memory Decode gave the items' hourly rings, which
+	// Release hands back (nil for a scorer not decoded).
+	slab *[]float32
 }
 
 // New returns an empty scorer of list (typ, scope). It panics on an invalid

@@ -2,6 +2,7 @@ package trend
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"slices"
 	"strconv"
@@ -448,6 +449,7 @@ func TestDecodedEveryScore(t *testing.T) {
 			if raw, err = st.MarshalBinary(); err != nil {
 				t.Fatal(err)
 			}
+			st.Release() // as trendbeam does: the next Decode reuses its rings' memory
 			jm, _ := schemas.MarshalTrending(lm)
 			js, _ := schemas.MarshalTrending(ls)
 			if string(jm) != string(js) {
@@ -566,5 +568,52 @@ func TestPastCacheExact(t *testing.T) {
 		if fromCut == 0 {
 			t.Fatalf("seasonal %v: no new item took a non-zero past from the cut: the test exercises nothing", seasonal)
 		}
+	}
+}
+
+// TestReleasedRingsReused: a decode that reuses a released scorer's ring
+// memory (full rings) reads a young state (mostly empty rings) back to
+// its own bytes: nothing of the old rings shows through.
+func TestReleasedRingsReused(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.WarmUp = 0
+	full := New("video", "IN", cfg)
+	young := New("video", "IN", cfg)
+	in := func(at time.Time, prefix string) Input {
+		in := Input{AsOf: at, Total: 1_000_000}
+		for r := 0; r < 500; r++ {
+			in.Items = append(in.Items, Count{Item: fmt.Sprintf("%s%03d", prefix, r), Count: uint64(100_000/(r+1) + 10)})
+		}
+		return in
+	}
+	at := t0
+	for h := 0; h < cfg.Hours; h++ {
+		at = at.Add(time.Hour)
+		if _, err := full.Step(context.Background(), in(at, "v"), nil); err != nil {
+			t.Fatal(err)
+		}
+		if h == cfg.Hours-2 {
+			if _, err := young.Step(context.Background(), in(at, "v"), nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	fullRaw, _ := full.MarshalBinary()
+	youngRaw, _ := young.MarshalBinary()
+	for i := 0; i < 20; i++ { // a sync.Pool may drop what it holds: try a few times
+		f, err := Decode("video", "IN", cfg, fullRaw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Release()
+		y, err := Decode("video", "IN", cfg, youngRaw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := y.MarshalBinary()
+		if string(got) != string(youngRaw) {
+			t.Fatalf("round %d: a young state decoded into released rings re-encodes to %d bytes, not its own %d", i, len(got), len(youngRaw))
+		}
+		y.Release()
 	}
 }

@@ -441,6 +441,7 @@ func (fn *scoreFn) OnTimer(ctx context.Context, sp state.Provider, tp timers.Pro
 		}
 	}
 	enc, err := sc.MarshalBinary()
+	sc.Release() // its rings' memory goes to the next list's Decode
 	if err != nil {
 		return err
 	}
