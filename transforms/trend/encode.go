@@ -226,8 +226,9 @@ func Decode(typ, scope string, cfg Config, data []byte) (*Scorer, error) {
 	// that Release refills: at the default cap it is 1.3 MB, allocated
 	// and zeroed once per list and firing otherwise (fresh pages, the
 	// larger part of a young state's round trip, BenchmarkStateRoundTrip).
-	sc.slab = getSlab(int(min(n, uint64(cfg.MaxItems))) * cfg.Hours)
-	slab := (*sc.slab)[:int(min(n, uint64(cfg.MaxItems)))*cfg.Hours]
+	size := int(min(n, uint64(cfg.MaxItems))) * cfg.Hours
+	sc.slab = getSlab(size)
+	slab := (*sc.slab)[:size]
 	var prev string
 	for i := uint64(0); i < n && r.err == nil; i++ {
 		name := string(r.bytes(int(min(r.uvarint("name length"), math.MaxInt32)), "name"))
