@@ -104,7 +104,7 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.MinCount, "min_count", formatMinCount(d.MinCount), "per window, the smallest count a country or region list shows (WINDOW=N,...; global lists show every entry)")
 	fs.IntVar(&f.Shards, "shards", 4, "list merge groups per window (parallelism of the merge across partitions)")
 	fs.BoolVar(&f.DurableWindows, "durable_windows", d.Durable, "keep the sliding windows' panes in Beam state (so a lost worker's windows are rebuilt on Dataflow/Flink); false saves the writes where state does not outlive the process")
-	fs.StringVar(&f.Redis, "redis", "", "Redis address (default $REDIS_ADDR; an embedded server when both are empty)")
+	fs.StringVar(&f.Redis, "redis", "", "Redis address (default $REDIS_ADDR; an embedded server when both are empty; none: no Redis, lists only to --lists_out)")
 	fs.StringVar(&f.RedisPrefix, "redis_prefix", "", "Redis key prefix (default topk)")
 	fs.StringVar(&f.ListsOut, "lists_out", "", "also write every list version to DIR/{type}/{scope}/{window}/{as_of ms}.json")
 	fs.StringVar(&f.DeadLetterDir, "dead_letter_dir", "", "write dead letters here as NDJSON (default LISTS_OUT/deadletter)")
@@ -249,12 +249,21 @@ func main() {
 	beamrun.Main("streaming", func(ctx context.Context) error { return run(ctx, &f) })
 }
 
+// NoRedis as --redis publishes to --lists_out only: a replay whose lists
+// are read from files need not publish every version into an embedded
+// server nobody reads (its Lua scripts were a tenth of a sparse replay's
+// CPU: BENCHMARKS.md, "Replays with a moving watermark").
+const NoRedis = "none"
+
 func run(ctx context.Context, f *Flags) error {
 	setMemoryLimit(f.MemoryLimitMB)
 	dryRun := isDryRun()
 	var conn *redisx.Conn
 	redisAddr := ""
-	if !dryRun {
+	if f.Redis == NoRedis && f.ListsOut == "" && !dryRun {
+		return fmt.Errorf("--redis=%s publishes to files only: give --lists_out=DIR", NoRedis)
+	}
+	if !dryRun && f.Redis != NoRedis {
 		var err error
 		if conn, err = redisx.Connect(ctx, f.Redis); err != nil {
 			return err
@@ -274,8 +283,12 @@ func run(ctx context.Context, f *Flags) error {
 		}
 		lag = obs.Stop
 	}
-	if conn != nil && f.MetricsAddr != "" {
-		stopMetrics, err := serveMetrics(ctx, f.MetricsAddr, liststore.New(conn.Client, liststore.Options{Prefix: f.RedisPrefix}))
+	if f.MetricsAddr != "" && !dryRun {
+		var st *liststore.Store // no Redis: the stages' counters only
+		if conn != nil {
+			st = liststore.New(conn.Client, liststore.Options{Prefix: f.RedisPrefix})
+		}
+		stopMetrics, err := serveMetrics(ctx, f.MetricsAddr, st)
 		if err != nil {
 			return err
 		}

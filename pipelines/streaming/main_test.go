@@ -2,9 +2,12 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"flag"
 	"math"
+	"net"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -12,6 +15,7 @@ import (
 
 	"github.com/topk-dev/topk/pipelines/fastpath"
 	"github.com/topk-dev/topk/pipelines/internal/beamrun"
+	"github.com/topk-dev/topk/schemas"
 )
 
 // A --source file that does not exist is refused by Config, before any job
@@ -174,4 +178,50 @@ func parseFlags(t *testing.T, args ...string) (fastpath.Config, error) {
 		t.Fatal(err)
 	}
 	return f.Config("")
+}
+
+// --redis=none: a file replay publishes to --lists_out only (and serves
+// its stage metrics), and never dials Redis (REDIS_ADDR points at a closed port here, so a connection,
+// the embedded server's fallback aside, would fail the run); without
+// --lists_out it is refused, since the lists would go nowhere.
+func TestNoRedis(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().String()
+	ln.Close()
+	t.Setenv("REDIS_ADDR", closed)
+	parse := func(args ...string) *Flags {
+		var f Flags
+		fs := flag.NewFlagSet("streaming", flag.ContinueOnError)
+		f.Register(fs)
+		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		return &f
+	}
+	const src = "--source=file:../../internal/streams/testdata/kosarak10k.ndjson.gz"
+	if err := run(context.Background(), parse(src, "--redis=none", "--memory_limit_mb=-1")); err == nil || !strings.Contains(err.Error(), "--lists_out") {
+		t.Fatalf("--redis=none without --lists_out: %v; want an error naming --lists_out", err)
+	}
+	dir := t.TempDir()
+	// --metrics_addr too: without Redis it serves the stages' counters
+	// only (no publish observer to read lists back).
+	if err := run(context.Background(), parse(src, "--redis=none", "--lists_out="+dir, "--memory_limit_mb=-1", "--metrics_addr=127.0.0.1:0",
+		"--windows=1m", "--scopes=false", "--trending=false", "--partitions=2", "--shards=1")); err != nil {
+		t.Fatalf("--redis=none --lists_out: %v", err)
+	}
+	lists, err := filepath.Glob(filepath.Join(dir, "*", "global", "1m", "*.json"))
+	if err != nil || len(lists) == 0 {
+		t.Fatalf("no 1m list files under %s (%v)", dir, err)
+	}
+	blob, err := os.ReadFile(lists[len(lists)-1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := schemas.UnmarshalList(blob)
+	if err != nil || len(l.Items) == 0 {
+		t.Fatalf("%s: %v, %d items; want a list with items", lists[len(lists)-1], err, len(l.Items))
+	}
 }

@@ -21,7 +21,7 @@ import (
 // serveMetrics serves Prometheus metrics on addr at /metrics until the
 // returned stop is called: the process's Go and process collectors, the
 // publish observer (internal/publishobs: pointer moves, publish lag and list
-// age as Redis readers see them) and the stages' counters as the job runs
+// age as Redis readers see them; none when st is nil, --redis=none) and the stages' counters as the job runs
 // (internal/stagemetrics: messages, events decoded and counted, late
 // events, dead letters by reason, rule drops; zero when the workers are
 // other processes, as on Dataflow, where the runner's Beam metrics are the
@@ -29,13 +29,17 @@ import (
 // line.
 func serveMetrics(ctx context.Context, addr string, st *liststore.Store) (stop func(), err error) {
 	ctx, cancel := context.WithCancel(ctx)
-	obs, err := publishobs.Start(ctx, st, nil)
-	if err != nil {
-		cancel()
-		return nil, err
-	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), obs, stagemetrics.Collector())
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), stagemetrics.Collector())
+	var obs *publishobs.Observer
+	if st != nil {
+		var err error
+		if obs, err = publishobs.Start(ctx, st, nil); err != nil {
+			cancel()
+			return nil, err
+		}
+		reg.MustRegister(obs)
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		cancel()
@@ -53,6 +57,8 @@ func serveMetrics(ctx context.Context, addr string, st *liststore.Store) (stop f
 	return func() {
 		srv.Close()
 		cancel()
-		<-obs.Done()
+		if obs != nil {
+			<-obs.Done()
+		}
 	}, nil
 }
