@@ -48,6 +48,20 @@ var scopedCountries = []struct {
 	{"FR", [3]string{"FR-IDF", "FR-ARA", "FR-PAC"}},
 	{"GB", [3]string{"GB-ENG", "GB-SCT", "GB-WLS"}},
 	{"MX", [3]string{"MX-CMX", "MX-JAL", "MX-NLE"}},
+	// Twelve more, so that a replay can have the scale issue's 20
+	// countries; appended, so the streams of 8 or fewer are unchanged.
+	{"ID", [3]string{"ID-JK", "ID-JB", "ID-JT"}},
+	{"PH", [3]string{"PH-00", "PH-CEB", "PH-DAV"}},
+	{"TR", [3]string{"TR-34", "TR-06", "TR-35"}},
+	{"VN", [3]string{"VN-SG", "VN-HN", "VN-DN"}},
+	{"EG", [3]string{"EG-C", "EG-ALX", "EG-GZ"}},
+	{"NG", [3]string{"NG-LA", "NG-KN", "NG-FC"}},
+	{"IT", [3]string{"IT-25", "IT-62", "IT-72"}},
+	{"ES", [3]string{"ES-MD", "ES-CT", "ES-AN"}},
+	{"KR", [3]string{"KR-11", "KR-26", "KR-41"}},
+	{"CA", [3]string{"CA-ON", "CA-QC", "CA-BC"}},
+	{"PK", [3]string{"PK-PB", "PK-SD", "PK-KP"}},
+	{"AR", [3]string{"AR-C", "AR-B", "AR-X"}},
 }
 
 // MaxScopedCountries is the largest ScopedSpec.Countries.

@@ -6,6 +6,7 @@
 //
 //	go run ./scripts/genreplay --out /tmp/replay.ndjson.gz                 # 4M events over 80 minutes
 //	go run ./scripts/genreplay --spam 1000000 --out /tmp/spam.ndjson.gz    # with the spam wave in minutes 40-43
+//	go run ./scripts/genreplay --events 60000000 --span 60s --items 10000000 --countries 20 --out /tmp/r60.ndjson.gz   # the scale issue's 1M events/s
 package main
 
 import (
@@ -35,7 +36,7 @@ func main() {
 	flag.Uint64Var(&spec.HashtagItems, "hashtag_items", 500_000, "hashtags (Zipf)")
 	flag.Float64Var(&spec.HashtagShare, "hashtag_share", 0.15, "share of hashtag events")
 	flag.Float64Var(&spec.SearchShare, "search_share", 0.15, "share of search events")
-	flag.IntVar(&spec.Countries, "countries", streams.MaxScopedCountries, fmt.Sprintf("countries (at most %d), three regions each", streams.MaxScopedCountries))
+	flag.IntVar(&spec.Countries, "countries", 8, fmt.Sprintf("countries (at most %d), three regions each", streams.MaxScopedCountries))
 	flag.IntVar(&spec.SpamItems, "spam", 0, "distinct junk hashtags in the spam wave (0: none)")
 	flag.DurationVar(&spec.SpamFrom, "spam_from", 40*time.Minute, "spam wave start, from the first event")
 	flag.DurationVar(&spec.SpamFor, "spam_for", 3*time.Minute, "spam wave length")
@@ -43,6 +44,9 @@ func main() {
 	flag.Parse()
 	if *out == "" {
 		log.Fatal("genreplay: --out is required")
+	}
+	if spec.Countries < 0 || spec.Countries > streams.MaxScopedCountries {
+		log.Fatalf("genreplay: --countries %d: want 0 to %d", spec.Countries, streams.MaxScopedCountries)
 	}
 	t, err := time.Parse(time.RFC3339, *start)
 	if err != nil {
