@@ -181,9 +181,9 @@ func parseFlags(t *testing.T, args ...string) (fastpath.Config, error) {
 }
 
 // --redis=none: a file replay publishes to --lists_out only (and serves
-// its stage metrics), and never dials Redis (REDIS_ADDR points at a closed port here, so a connection,
-// the embedded server's fallback aside, would fail the run); without
-// --lists_out it is refused, since the lists would go nowhere.
+// its stage metrics), and never dials Redis (REDIS_ADDR points at a closed
+// port here, so any connection would fail the run); without --lists_out
+// it is refused, since the lists would go nowhere.
 func TestNoRedis(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

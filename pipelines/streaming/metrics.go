@@ -20,13 +20,13 @@ import (
 
 // serveMetrics serves Prometheus metrics on addr at /metrics until the
 // returned stop is called: the process's Go and process collectors, the
-// publish observer (internal/publishobs: pointer moves, publish lag and list
-// age as Redis readers see them; none when st is nil, --redis=none) and the stages' counters as the job runs
-// (internal/stagemetrics: messages, events decoded and counted, late
-// events, dead letters by reason, rule drops; zero when the workers are
-// other processes, as on Dataflow, where the runner's Beam metrics are the
-// source). The job's Beam counters are also reported in the run's summary
-// line.
+// publish observer (internal/publishobs: pointer moves, publish lag and
+// list age as Redis readers see them; none when st is nil, --redis=none)
+// and the stages' counters as the job runs (internal/stagemetrics:
+// messages, events decoded and counted, late events, dead letters by
+// reason, rule drops; zero when the workers are other processes, as on
+// Dataflow, where the runner's Beam metrics are the source). The job's
+// Beam counters are also reported in the run's summary line.
 func serveMetrics(ctx context.Context, addr string, st *liststore.Store) (stop func(), err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	reg := prometheus.NewRegistry()
