@@ -212,7 +212,7 @@ func buildFrom(s beam.Scope, beacons, srcDead beam.PCollection, cfg Config) erro
 	partials, tallies, decodeDead := preagg.ApplyWithUsers(s, beacons, pc)
 	publish.DeadLetters(s, beam.Flatten(s, srcDead, decodeDead), cfg.DeadLetterDir)
 
-	buckets := counter.Buckets(s, partials, cfg.Preagg.Bucket, cfg.Preagg.AllowedLateness)
+	buckets := counter.Buckets(s, partials, cfg.Preagg.Bucket, cfg.Preagg.AllowedLateness, cfg.Preagg.Summary.N)
 	sc := cfg.slideConfig()
 	results, minutes := slide.Windows(s, buckets, sc)
 	var mw []merge.Window

@@ -60,14 +60,14 @@ func replayFile(t *testing.T, path string, mutate func(*Config)) (Report, string
 		t.Fatal(err)
 	}
 	cfg.Source = spec
-	// One call reads the whole file (these files take seconds): the
-	// bundles, and so where the pre-aggregation's summaries are cut, are
-	// the same in every run, as the recall thresholds measured here
-	// assume. With the default 1 s checkpoints a bucket may be split
-	// across bundles at wall-clock moments, as it is live: 2026-12-05,
-	// TestReplayDense's first-minute lists then had recall@1000 0.866 in
-	// one run of four (0.93 required). The checkpoints themselves are
-	// tested in transforms/source (TestFileSourceResumes).
+	// One call reads the whole file (these files take seconds), so the
+	// bundles are the same in every run. When the pre-aggregation's
+	// summaries were cut per bundle that decided recall (2026-12-05:
+	// TestReplayDense's first-minute lists had recall@1000 0.866 in one
+	// run of four with the default 1 s checkpoints); they are cut once
+	// per bucket now (transforms/counter), and TestReplayDense reads in
+	// small bundles on purpose (Options.BundleBeacons). The checkpoints
+	// themselves are tested in transforms/source (TestFileSourceResumes).
 	cfg.SourceOpts.BundleTime = 10 * time.Minute
 	cfg.Publish.ListsOut = out
 	cfg.DeadLetterDir = filepath.Join(out, "deadletter")

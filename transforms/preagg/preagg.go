@@ -44,6 +44,26 @@
 // region sees about 16k events per type in 10 s; a busier region's
 // buckets are cut as the busiest lists' are, with the same bounds.
 //
+// # Cut once per bucket
+//
+// A flush's summaries are partial: one bundle's share of a bucket. They
+// are not cut to the bucket's Summary.N but keep up to Config.PartialN
+// entries per (list, partition) (by default 8N: 32,768), and
+// counter.Buckets merges a bucket's partials at that size and cuts each
+// list to N once, at the end. Live, a 10 s bucket spans many bundles (1 s
+// each, or a flush at MaxDistinct), and a cut per bundle lost every item
+// that was below the cut in each bundle but above it in the bucket, while
+// the bundles' Theta added up: on a dense stream read in eight bundles a
+// bucket, recall@1000 of the 1m lists fell from 0.93 to 0.76 and
+// recall@100 below 1 (BENCHMARKS.md "Cut once per bucket"); cut once, the
+// lists are those of one bundle a bucket. A flush still holds at most
+// MaxDistinct keys in all, and the bucket's merge at most PartialN
+// entries per list. What grows is the shuffle's share: a bucket's
+// partials wait there until it closes, and they now hold up to its
+// distinct items (MaxDistinct per flush) where each flush used to be cut
+// to N per (list, partition); with the defaults a flush reached
+// MaxDistinct long before that cut, so the bound is the same.
+//
 // # Countable-event rules
 //
 // With Config.Rules set, every event that passed validation and the
@@ -150,8 +170,17 @@ type Config struct {
 	// AllowedLateness: an event whose bucket ended more than this before the
 	// beacon's element time is dropped here (and counted) for the exact path.
 	AllowedLateness time.Duration
-	// Summary sizes the summaries flushed per (list, partition, bucket).
+	// Summary sizes a bucket's summaries per (list, partition): N entries
+	// each, the cut counter.Buckets makes once it has merged the bucket's
+	// partial summaries (the bundles' flushes).
 	Summary summary.Config
+	// PartialN is how many entries a flushed partial summary keeps per
+	// (list, partition, bucket), and the bucket's merge of them until its
+	// end (counter.Buckets). 0: DefaultPartialFactor x Summary.N (a flush
+	// holds at most MaxDistinct keys, so no more than that either).
+	// Otherwise at least Summary.N. See the package doc ("Cut once per
+	// bucket").
+	PartialN int
 	// MaxDistinct caps distinct (group, item) keys held per bundle.
 	MaxDistinct int
 	// Types, when non-empty, are the only item types accepted.
@@ -223,6 +252,9 @@ func (c Config) Validate() error {
 	if c.MaxDistinct < 1 {
 		return fmt.Errorf("max distinct %d < 1", c.MaxDistinct)
 	}
+	if c.PartialN != 0 && (c.PartialN < c.Summary.N || c.PartialN > summary.MaxN) {
+		return fmt.Errorf("partial N %d outside [summary N %d, %d]", c.PartialN, c.Summary.N, summary.MaxN)
+	}
 	if c.UsersTop < 0 || c.UsersTop > 1<<16 {
 		return fmt.Errorf("users top %d outside [0, 65536]", c.UsersTop)
 	}
@@ -246,6 +278,24 @@ func (c Config) Validate() error {
 		}
 	}
 	return c.Summary.Validate()
+}
+
+// DefaultPartialFactor: a partial summary keeps up to 8 times the
+// bucket's N per (list, partition). Measured on TestReplayDense read in
+// eight bundles a bucket (BENCHMARKS.md "Cut once per bucket"), the 1m
+// lists' recall@1000 was 0.807 at 2N, 0.907 at 4N, 0.942-0.947 at 8N
+// (4 runs: where the merge cuts, the partials' order counts) and 0.933
+// uncut (the ties at the N-th count ranked otherwise), 0.755 cut to N.
+const DefaultPartialFactor = 8
+
+// PartialSize is the N of the partial summaries flushed: PartialN, or for
+// 0 DefaultPartialFactor x Summary.N, no more than MaxDistinct (a flush's
+// keys) nor summary.MaxN, and at least Summary.N.
+func (c Config) PartialSize() int {
+	if c.PartialN != 0 {
+		return c.PartialN
+	}
+	return max(c.Summary.N, min(DefaultPartialFactor*c.Summary.N, c.MaxDistinct, summary.MaxN))
 }
 
 // ListKey is a list's key in summary sets: "type\x00scope".
@@ -308,7 +358,7 @@ func newPreaggFn(cfg Config) (*preaggFn, error) {
 		RegionParts: cfg.RegionPartitions,
 		BucketMs:    cfg.Bucket.Milliseconds(),
 		LatenessMs:  cfg.AllowedLateness.Milliseconds(),
-		N:           cfg.Summary.N,
+		N:           cfg.PartialSize(),
 		SketchW:     cfg.Summary.SketchWidth,
 		SketchD:     cfg.Summary.SketchDepth,
 		MaxDistinct: cfg.MaxDistinct,

@@ -344,6 +344,32 @@ func TestDefaultRulesBound(t *testing.T) {
 	}
 }
 
+// TestPartialSize: flushes keep 8N per (list, partition) by default, never
+// more than MaxDistinct nor fewer than N, and PartialN may not cut them
+// below the bucket's N.
+func TestPartialSize(t *testing.T) {
+	cfg := DefaultConfig()
+	if got, want := cfg.PartialSize(), DefaultPartialFactor*cfg.Summary.N; got != want || want > cfg.MaxDistinct {
+		t.Errorf("default partial size %d, want %d x N = %d (MaxDistinct %d)", got, DefaultPartialFactor, want, cfg.MaxDistinct)
+	}
+	cfg.MaxDistinct = cfg.Summary.N * 2 // a flush holds no more
+	if got := cfg.PartialSize(); got != cfg.MaxDistinct {
+		t.Errorf("partial size %d with MaxDistinct %d, want MaxDistinct", got, cfg.MaxDistinct)
+	}
+	cfg.MaxDistinct = 100 // below N: a partial still holds N
+	if got := cfg.PartialSize(); got != cfg.Summary.N {
+		t.Errorf("partial size %d with MaxDistinct 100, want N %d", got, cfg.Summary.N)
+	}
+	cfg.PartialN = cfg.Summary.N * 3
+	if got := cfg.PartialSize(); got != cfg.PartialN {
+		t.Errorf("partial size %d, want PartialN %d", got, cfg.PartialN)
+	}
+	cfg.PartialN = cfg.Summary.N - 1
+	if err := cfg.Validate(); err == nil {
+		t.Error("PartialN below the summaries' N validated")
+	}
+}
+
 func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {

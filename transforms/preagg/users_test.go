@@ -447,7 +447,7 @@ func TestSummaryTopIsCounterTop(t *testing.T) {
 func TestTallyTopBeyondSummaryN(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Partitions, cfg.Scopes, cfg.Rules = 1, false, nil
-	cfg.Summary.N = 8
+	cfg.Summary.N, cfg.PartialN = 8, 8 // flushes cut to 8 too
 	cfg.UsersTop = 20
 	cfg.MaxDistinct = 30 // a summary flush after items i00-i29
 	h := newHarness(t, cfg)

@@ -70,6 +70,9 @@ type fileFn struct {
 	Beacon     int
 	Slack      time.Duration
 	BundleTime time.Duration
+	// BundleBeacons > 0 also checkpoints after that many beacons a call
+	// (Options.BundleBeacons).
+	BundleBeacons int
 }
 
 // fileCursor is where the reader stands between two beacons: enough to
@@ -125,8 +128,9 @@ func (fn *fileFn) WatermarkEstimatorState(e *fileEstimator) int64 { return e.wm 
 
 // ProcessElement reads from the restriction's cursor, emitting each beacon
 // (and the dead letters of the lines before its end) once it has claimed
-// it, until BundleTime has passed (checkpoint), a claim is refused (the
-// runner split the restriction) or the file ends.
+// it, until BundleTime has passed or BundleBeacons were emitted
+// (checkpoint), a claim is refused (the runner split the restriction) or
+// the file ends.
 func (fn *fileFn) ProcessElement(ctx context.Context, we *fileEstimator, rt *fileTracker, _ []byte, emit func(beam.EventTime, []byte), dead func(schemas.DeadLetter)) (sdf.ProcessContinuation, error) {
 	start := time.Now()
 	r := rt.GetRestriction().(fileRestriction)
@@ -140,6 +144,7 @@ func (fn *fileFn) ProcessElement(ctx context.Context, we *fileEstimator, rt *fil
 	fr := or.fr
 	events := fr.events
 	var refused, checkpoint bool
+	beacons := 0
 	eof, err := fr.run(func(at int64, data []byte, after fileCursor) bool {
 		if !rt.claim(after.Beacon-1, after) {
 			refused = true
@@ -149,7 +154,8 @@ func (fn *fileFn) ProcessElement(ctx context.Context, we *fileEstimator, rt *fil
 		fileBeacons.Inc(ctx, 1)
 		emit(mtime.Time(at), data)
 		we.advance(after.Clock - fn.Slack.Milliseconds())
-		if rt.IsDone() || time.Since(start) >= fn.BundleTime {
+		beacons++
+		if rt.IsDone() || time.Since(start) >= fn.BundleTime || beacons == fn.BundleBeacons {
 			// Checkpoint, or the runner split the restriction here.
 			checkpoint = true
 			return false

@@ -403,3 +403,30 @@ func isSubset(a, b []string) bool {
 	}
 	return true
 }
+
+// TestFileSourceBundleBeacons: with BundleBeacons a call checkpoints after
+// that many beacons whatever the time (bundle boundaries at fixed places in
+// the file): the same beacons and dead letters as one pass, in b/2 + 1
+// calls of two beacons (the last finds the end of the file).
+func TestFileSourceBundleBeacons(t *testing.T) {
+	lines, _, _ := testEvents(53, 5)
+	path := filepath.Join(t.TempDir(), "events.ndjson")
+	writeFile(t, path, lines)
+	wantAll, wantDead, calls, _ := drive(t, &fileFn{Path: path, Beacon: 5, Slack: time.Second, BundleTime: time.Hour}, 0, false)
+	beacons := 0
+	for _, l := range wantAll {
+		if strings.Contains(l, " @ ") {
+			beacons++
+		}
+	}
+	if calls != 1 || beacons < 5 {
+		t.Fatalf("one pass: %d calls, %d beacons; want 1 call, 5 or more beacons", calls, beacons)
+	}
+	got, gotDead, calls, _ := drive(t, &fileFn{Path: path, Beacon: 5, Slack: time.Second, BundleTime: time.Hour, BundleBeacons: 2}, 0, false)
+	if !slices.Equal(got, wantAll) || !slices.Equal(gotDead, wantDead) {
+		t.Fatalf("two beacons a call: %d lines, %d dead letters; want %d, %d as one pass", len(got), len(gotDead), len(wantAll), len(wantDead))
+	}
+	if calls != beacons/2+1 {
+		t.Fatalf("two beacons a call: %d calls for %d beacons, want %d", calls, beacons, beacons/2+1)
+	}
+}

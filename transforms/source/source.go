@@ -151,6 +151,12 @@ type Options struct {
 	// so it bounds the source's share of latency; shorter costs more
 	// per-bundle overhead. 0 means 1 s.
 	BundleTime time.Duration
+	// BundleBeacons, when > 0, also ends a file source's call after that
+	// many beacons: bundle boundaries at fixed places in the file, not at
+	// wall-clock moments, for tests and benchmarks whose results depend
+	// on where a bucket's events are split between bundles (live, a 10 s
+	// bucket spans many bundles). 0: no limit. Other sources ignore it.
+	BundleBeacons int
 	// RecoveryLog makes the Pub/Sub reader log every message before it
 	// acknowledges it and replay the log's last Horizon when the job
 	// starts (see the package doc, Delivery semantics). Not on Dataflow,
@@ -190,6 +196,9 @@ func (o Options) Validate() error {
 	}
 	if o.BundleTime < 0 || o.BundleTime > maxBundleTime {
 		return fmt.Errorf("source options: bundle time %s is not in [0, %s]", o.BundleTime, maxBundleTime)
+	}
+	if o.BundleBeacons < 0 {
+		return fmt.Errorf("source options: bundle beacons %d < 0", o.BundleBeacons)
 	}
 	if o.RecoveryLog.Enabled() && o.dataflow() {
 		return fmt.Errorf("%w: the recovery log is for runners whose state dies with a worker (Prism, Flink); Dataflow's native Pub/Sub read and durable state survive it: leave the log off there", ErrBadSpec)
@@ -232,7 +241,7 @@ func Read(s beam.Scope, spec Spec, opts Options) (beacons, deadLetters beam.PCol
 	switch spec.Kind {
 	case KindFile:
 		imp := beam.Impulse(s)
-		return beam.ParDo2(s, &fileFn{Path: spec.File.Path, Beacon: spec.File.Beacon, Slack: spec.File.Slack, BundleTime: opts.BundleTime}, imp)
+		return beam.ParDo2(s, &fileFn{Path: spec.File.Path, Beacon: spec.File.Beacon, Slack: spec.File.Slack, BundleTime: opts.BundleTime, BundleBeacons: opts.BundleBeacons}, imp)
 	case KindSynthetic:
 		imp := beam.Impulse(s)
 		beacons = beam.ParDo(s, &syntheticFn{Spec: spec.Synthetic, BundleTime: opts.BundleTime}, imp)

@@ -115,7 +115,7 @@ func TestOptionsValidate(t *testing.T) {
 	if err := (Options{}).Validate(); err != nil {
 		t.Errorf("zero Options: %v", err)
 	}
-	for _, o := range []Options{{MaxMessages: -1}, {MaxMessages: 10_001}, {BundleTime: -time.Second}, {BundleTime: time.Hour}} {
+	for _, o := range []Options{{MaxMessages: -1}, {MaxMessages: 10_001}, {BundleTime: -time.Second}, {BundleTime: time.Hour}, {BundleBeacons: -1}} {
 		if err := o.Validate(); err == nil {
 			t.Errorf("%+v: Validate() = nil, want an error", o)
 		}

@@ -55,6 +55,21 @@ func (sm *Summary) AppendBinary(dst []byte) ([]byte, error) {
 	return dst, nil
 }
 
+// EncodedN reads only the capacity N of an encoded summary.
+func EncodedN(data []byte) (int, error) {
+	if len(data) < 3 || data[0] != magic0 || data[1] != magic1 {
+		return 0, fmt.Errorf("%w: missing TS magic", ErrCorrupt)
+	}
+	if data[2] != formatVersion {
+		return 0, fmt.Errorf("%w: unknown version %d", ErrCorrupt, data[2])
+	}
+	n, k := binary.Uvarint(data[3:])
+	if k <= 0 || n > MaxN {
+		return 0, fmt.Errorf("%w: bad N", ErrCorrupt)
+	}
+	return int(n), nil
+}
+
 // UnmarshalBinary decodes data into sm, reusing sm's buffers. Arbitrary
 // bytes give an error, never a panic, and never an allocation larger than the
 // input justifies; after an error sm's sketch cells are unspecified.

@@ -428,6 +428,14 @@ func (sm *Summary) WithN(n int) *Summary {
 	return out
 }
 
+// Cut makes sm a summary of capacity n in place: its n largest entries by
+// hi (key order kept), Theta raised to the largest hi dropped, N = n. The
+// bounds stay valid, as for WithN.
+func (sm *Summary) Cut(n int) {
+	sm.truncate(n)
+	sm.N = n
+}
+
 // truncate keeps the n largest entries by hi; Theta becomes at least the
 // largest hi dropped. Entries stay in key order.
 func (sm *Summary) truncate(n int) {
