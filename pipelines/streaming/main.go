@@ -125,7 +125,6 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.IntVar(&f.Trend.Trend.Size, "trend_size", d.Trend.Trend.Size, "trending: most items a trending list holds")
 	fs.BoolVar(&f.Trend.Trend.Seasonal, "trend_seasonal", d.Trend.Trend.Seasonal, "trending: baseline from the same hour last week instead of the whole week's highest share")
 	fs.DurationVar(&f.Trend.Trend.WarmUp, "trend_warm_up", d.Trend.Trend.WarmUp, "trending: history a list needs before it lists anything")
-	fs.IntVar(&f.Trend.Shards, "trend_shards", trendbeam.DefaultShards, "trending by users: keys the lists are scored under (each bundle sends one tally batch per shard; at most 4096)")
 	fs.StringVar(&f.Trend.Trend.Counts, "trend_counts", d.Trend.Trend.Counts, "trending: what an item's share counts: users (distinct trusted users, HyperLogLog per warm item) or events")
 	fs.IntVar(&f.UsersTop, "trend_users_top", d.Preagg.UsersTop, "trending by users: items per (list, partition, 10s bucket) whose distinct users are sketched")
 	fs.BoolVar(&f.RecoveryLog, "recovery_log", true, "with a pubsub source (not on Dataflow): log every message to Bigtable (table fastlog in --bigtable_instance) before acknowledging it, and replay the log's last --recovery_horizon at start, so a crashed job restarts without losing or double-counting a message")

@@ -1,7 +1,7 @@
 // Package trend scores "trending now" for one list (type, scope): which items
 // are unusually active for themselves right now, not simply big. It is plain
 // Go with no Beam import; transforms/trend/trendbeam wraps it in a stateful
-// DoFn (keyed by shard of lists by users, by list by events).
+// DoFn keyed by list.
 //
 // # The score
 //

@@ -1,6 +1,5 @@
 // Package trendbeam runs the trend scorer (transforms/trend) in the
-// streaming job: a stateful DoFn keyed by shard of lists (by users) or by
-// list (type, scope; by events) that consumes
+// streaming job: a stateful DoFn keyed by list (type, scope) that consumes
 // either the pre-aggregation's distinct-users tallies (by users, the
 // streaming job's default: see Trending) or the fast path's 5-minute lists,
 // KV<"type:scope:5m", schemas.List JSON> (merge.Lists' output; by events),
@@ -29,21 +28,18 @@
 // bundle, so nearly all of its pairs are shipped (at 100k events/s with
 // every scope, about 290 tallies a second, 22 bytes per counted event:
 // topk/trend_tallies and topk/trend_tally_bytes count them).
-// The scorer is keyed by shard of lists (Config.Shards, 16 by default),
-// not by list: a bundle's tallies travel as one batch per (shard,
-// bucket), so each bundle costs the runner at most Shards elements,
-// bag-state appends and timers instead of one per list (243 lists at the
-// scale issue's load). Per (list, Every) come the pieces' union into
-// panes, the 5 minutes' union and the score; both unions are cut to
-// Trend.MaxItems items as they are made (users.UniteTop: an item that
-// cannot stay is never given an entry, and most of a busy list's items
-// are seen once in a minute). Measured on 2 cores (BENCHMARKS.md,
-// "Trending's tallies by shard"): at 10k events/s with 303 lists, +45%
-// of the fast path's CPU (+65% keyed by list: there the cost is per list
-// and bundle); in replays of a minute of the scale issue's load (1M
-// events/s, 20 countries with regions), +18% by raw CPU-s and +12% with
-// the machine's drifting speed taken out, keyed by list or by shard alike:
-// there it follows the pairs, not the elements.
+// Each tally crosses the runner four times: the emit, this step's input,
+// its append to Pieces and the read when the list is next scored. Per
+// (list, Every) come the pieces' union into panes, the 5 minutes' union
+// and the score; both unions are cut to Trend.MaxItems items as they are
+// made (users.UniteTop: an item that cannot stay is never given an entry,
+// and most of a busy list's items are seen once in a minute). Measured in steady state on 2 cores (BENCHMARKS.md,
+// "Trending against the event rate"): 18-27% of the fast path's CPU from
+// 100k to 400k events/s, much of it building, moving and uniting the
+// tallies; +28% in a replay of a minute of the scale issue's load (1M
+// events/s, 20 countries with regions) against +6% with 8 countries
+// ("Trending at the scale issue's load, in event time"): the share follows
+// the small lists' pairs, not the event rate.
 package trendbeam
 
 import (
@@ -62,7 +58,6 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/timers"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/log"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
-	"github.com/cespare/xxhash/v2"
 
 	"github.com/topk-dev/topk/schemas"
 	"github.com/topk-dev/topk/transforms/exact/store"
@@ -91,21 +86,6 @@ type Config struct {
 	// list's).
 	Bucket time.Duration
 	Rules  string
-	// Shards is how many keys the lists are spread over when scoring by
-	// users (0: DefaultShards): the tallies of a pre-aggregation bundle
-	// travel to the scorer as one element per (shard, bucket), not one per
-	// (list, bucket). See Trending.
-	Shards int
-}
-
-// DefaultShards is Config.Shards' default.
-const DefaultShards = 16
-
-func (c Config) shards() int {
-	if c.Shards > 0 {
-		return c.Shards
-	}
-	return DefaultShards
 }
 
 func (c Config) bucket() time.Duration {
@@ -159,9 +139,6 @@ func (c Config) Validate() error {
 	if c.HistoryTTL < 0 {
 		errs = append(errs, fmt.Errorf("history ttl %s is negative", c.HistoryTTL))
 	}
-	if c.Shards < 0 || c.Shards > 4096 {
-		errs = append(errs, fmt.Errorf("shards %d outside [0, 4096]", c.Shards))
-	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("trendbeam: %w", err)
 	}
@@ -177,7 +154,7 @@ var (
 
 func init() {
 	register.DoFn3x1[string, []byte, func(beam.EventTime, string, []byte), error](&byListFn{})
-	register.DoFn4x0[beam.EventTime, string, []byte, func(beam.EventTime, string, []byte)](&batchFn{})
+	register.Function4x0(tallyByListFn)
 	register.DoFn6x1[context.Context, state.Provider, timers.Provider, string, []byte, func(beam.EventTime, string, []byte), error](&scoreFn{})
 	register.Emitter3[beam.EventTime, string, []byte]()
 }
@@ -191,13 +168,11 @@ func init() {
 // trusted users instead of events, from tallies alone (lists5m is then
 // ignored and may be the zero PCollection): the pre-aggregation's
 // distinct-users tallies (preagg.ApplyWithUsers: KV<"type\x00scope",
-// users.Tally>, timestamped with their bucket), gathered per bundle into
-// one batch per (shard of lists, bucket) (batchFn) and appended to the
-// shard's state as they come; a batch arms the shard's timer at the first
-// Every boundary at or after its bucket's end, and when the watermark
-// passes it the tallies that came are united into one per list and pane
-// (Config.pane: a minute by default), and each list that had tallies for
-// that boundary is scored from its panes of the 5 minutes before.
+// users.Tally>, timestamped with their bucket), appended to the list's
+// state as they come; a tally arms a timer at the first Every boundary at
+// or after its bucket's end, and when the watermark passes it the tallies
+// that came are united into one per pane (Config.pane: a minute by
+// default), and the panes of the 5 minutes before are united and scored.
 // An item's count is then its distinct trusted users there, the total the distinct (user, item) pairs
 // of the whole list. Only items among the biggest of some bucket
 // (preagg.Config.UsersTop per partition and bucket) have a users sketch:
@@ -223,13 +198,13 @@ func Trending(s beam.Scope, lists5m, tallies beam.PCollection, cfg Config) beam.
 	}
 	var g beam.PCollection
 	if cfg.Trend.Counts == schemas.CountsUsers {
-		// Each bundle's tallies go as one batch per (shard, bucket),
-		// appended to the shard's state as it comes and united into its
-		// lists' panes when the shard is next scored. Uniting them first
+		// Each tally (one per list, bucket and pre-aggregation bundle) is
+		// appended to the list's state as it comes, and united into its
+		// pane's tally when the list is next scored. Uniting them first
 		// in a GroupByKey of the bucket windows saved a quarter of the
 		// CPU, but on Prism it lost top-list data under CPU load (see the
 		// doc comment above), as a Flatten with the lists did.
-		g = beam.WindowInto(s, window.NewGlobalWindows(), beam.ParDo(s, &batchFn{Shards: cfg.shards()}, tallies))
+		g = beam.WindowInto(s, window.NewGlobalWindows(), beam.ParDo(s, tallyByListFn, tallies))
 	} else {
 		keyed := beam.ParDo(s, &byListFn{EveryMs: cfg.Every.Milliseconds()}, lists5m)
 		g = beam.WindowInto(s, window.NewGlobalWindows(), keyed)
@@ -244,103 +219,28 @@ func Trending(s beam.Scope, lists5m, tallies beam.PCollection, cfg Config) beam.
 		Rules:        cfg.Rules,
 		Scorer:       state.MakeValueState[[]byte]("scorer"),
 		Pending:      state.MakeMapState[int64, []byte]("pending"),
-		Scorers:      state.MakeMapState[string, []byte]("scorers"),
-		Panes:        state.MakeMapState[string, []byte]("panes"),
-		Due:          state.MakeMapState[string, []byte]("due"),
+		Tallies:      state.MakeMapState[int64, []byte]("tallies"),
 		Pieces:       state.MakeBagState[[]byte]("pieces"),
 		Tick:         timers.InEventTime("tick"),
 	}, g)
 }
 
 // Elements of the scorer's input are tagged by their first byte: a 5-minute
-// list, or a batch of one bucket's users tallies (then 8 bytes of bucket
-// start, Unix ms, big-endian, and the batch's records: see batchFn).
+// list, or a bucket's users tally (then 8 bytes of bucket start, Unix ms,
+// big-endian, before the tally).
 const (
 	tagList  = 'L'
 	tagTally = 'U'
 )
 
-// shardKey is the scorer's key for shard i of the lists scored by users.
-func shardKey(i int) string { return "trend#" + strconv.Itoa(i) }
-
-// shardOf is the shard of list ("type:scope") among n.
-func shardOf(list string, n int) int { return int(xxhash.Sum64String(list) % uint64(n)) }
-
-// maxBatchBytes is the size at which batchFn sends a batch before its
-// bundle's end, so a bundle's batches stay bounded in memory.
-const maxBatchBytes = 4 << 20
-
-// batchFn gathers the users tallies of one bundle (KV<"type\x00scope",
-// users.Tally>, timestamped with their bucket) into one element per
-// (shard, bucket): KV<shardKey, tagTally + bucket + records>, each record
-// uvarint len(list) + list ("type:scope") + uvarint len(tally) + tally.
-//
-// Why: the pre-aggregation sends a tally per list and bucket from every
-// bundle, and each element a stateful step receives costs the runner and
-// the SDK a round of work of its own whatever its size (its delivery, a
-// bag-state append, a timer), so keying the scorer by list made
-// trending's cost follow lists x bundles: 243 lists at the scale issue's
-// load, most of them regions whose tallies hold a few hundred pairs.
-// Keyed by shard, a bundle sends at most Shards elements (BENCHMARKS.md,
-// "Trending's tallies by shard").
-type batchFn struct {
-	Shards int
-
-	buf map[batchKey][]byte
-}
-
-type batchKey struct {
-	shard  int
-	bucket int64
-}
-
-func (fn *batchFn) ProcessElement(et beam.EventTime, key string, tally []byte, emit func(beam.EventTime, string, []byte)) {
+// tallyByListFn keys a users tally by "type:scope", tagged with its
+// bucket.
+func tallyByListFn(et beam.EventTime, key string, tally []byte, emit func(beam.EventTime, string, []byte)) {
 	typ, scope, _ := strings.Cut(key, "\x00")
-	list := typ + ":" + scope
-	k := batchKey{shardOf(list, fn.Shards), int64(et)}
-	if fn.buf == nil {
-		fn.buf = map[batchKey][]byte{}
-	}
-	b := fn.buf[k]
-	if b == nil {
-		b = make([]byte, 0, 9+2*(len(list)+len(tally)))
-		b = append(b, tagTally)
-		b = binary.BigEndian.AppendUint64(b, uint64(k.bucket))
-	}
-	b = binary.AppendUvarint(b, uint64(len(list)))
-	b = append(b, list...)
-	b = binary.AppendUvarint(b, uint64(len(tally)))
-	b = append(b, tally...)
-	if len(b) >= maxBatchBytes {
-		emit(et, shardKey(k.shard), b)
-		delete(fn.buf, k)
-		return
-	}
-	fn.buf[k] = b
-}
-
-func (fn *batchFn) FinishBundle(emit func(beam.EventTime, string, []byte)) {
-	for k, b := range fn.buf {
-		emit(beam.EventTime(k.bucket), shardKey(k.shard), b)
-	}
-	clear(fn.buf)
-}
-
-// records calls f for each (list, tally) record of a batch's body (the
-// bytes after its bucket).
-func records(body []byte, f func(list string, tally []byte)) error {
-	for len(body) > 0 {
-		var parts [2][]byte
-		for i := range parts {
-			n, w := binary.Uvarint(body)
-			if w <= 0 || uint64(len(body)-w) < n {
-				return errors.New("malformed tally batch")
-			}
-			parts[i], body = body[w:w+int(n)], body[w+int(n):]
-		}
-		f(string(parts[0]), parts[1])
-	}
-	return nil
+	v := make([]byte, 0, 9+len(tally))
+	v = append(v, tagTally)
+	v = binary.BigEndian.AppendUint64(v, uint64(int64(et)))
+	emit(et, typ+":"+scope, append(v, tally...))
 }
 
 // byListFn keeps the 5-minute lists on the cadence and keys them by
@@ -365,9 +265,6 @@ func (fn *byListFn) ProcessElement(key string, blob []byte, emit func(beam.Event
 	return nil
 }
 
-// scoreFn scores lists. By events it is keyed by list ("type:scope") and
-// uses Scorer and Pending; by users it is keyed by shard (shardKey) and
-// uses Scorers, Panes, Due and Pieces, every map keyed by list first.
 type scoreFn struct {
 	Trend        trend.Config
 	Store        stitch.StoreConfig
@@ -378,46 +275,23 @@ type scoreFn struct {
 	Rules        string
 	Scorer       state.Value[[]byte]
 	Pending      state.Map[int64, []byte]
-	// Scorers holds each list's scorer (trend.Scorer's binary format), by
-	// list.
-	Scorers state.Map[string, []byte]
-	// Panes holds, per list and pane (Config.pane; paneKey), one united
-	// users.Tally of the next lists' 5 minutes, trimmed to Trend.MaxItems
-	// items.
-	Panes state.Map[string, []byte]
-	// Due holds, per list and cadence boundary (paneKey with the
-	// boundary), that tallies for the list's score there have come: the
-	// lists a timer scores.
-	Due state.Map[string, []byte]
-	// Pieces holds the tally batches arrived since Panes was last brought
-	// up to date (8 bytes of bucket start, then the records): an arriving
-	// batch is appended, not united into its panes, so a pane's tally is
-	// decoded, united and encoded once per timer (or per maxPieceBytes or
-	// maxPieces arrived), not once per pre-aggregation bundle.
+	// Tallies holds, with users counts, one united users.Tally per pane
+	// (Config.pane; key: its start, Unix ms) of the next lists' 5 minutes,
+	// trimmed to Trend.MaxItems items.
+	Tallies state.Map[int64, []byte]
+	// Pieces holds the tallies arrived since Tallies was last brought up
+	// to date (8 bytes of bucket start, then the tally): an arriving
+	// tally is appended, not united into its pane, so a pane's tally is
+	// decoded, united and encoded once per timer (or per maxPieceBytes
+	// or maxPieces arrived), not once per pre-aggregation bundle.
 	Pieces state.Bag[[]byte]
 	Tick   timers.EventTime
 
-	// added is, per shard, what this instance appended to Pieces since it
-	// last united that shard's: see addTally.
+	// added is, per list, what this instance appended to Pieces since it
+	// last united that list's: see addTally.
 	added map[string]added
 	st    *store.Store
 	hist  trend.History
-}
-
-// paneKey is a Panes or Due key: the list, a 0 byte, and ms (a pane's
-// start or a boundary) big-endian, so that a list's keys sort by time.
-func paneKey(list string, ms int64) string {
-	b := make([]byte, 0, len(list)+9)
-	b = append(b, list...)
-	b = append(b, 0)
-	return string(binary.BigEndian.AppendUint64(b, uint64(ms)))
-}
-
-func splitPaneKey(k string) (list string, ms int64, ok bool) {
-	if len(k) < 9 || k[len(k)-9] != 0 {
-		return "", 0, false
-	}
-	return k[:len(k)-9], int64(binary.BigEndian.Uint64([]byte(k[len(k)-8:]))), true
 }
 
 func (fn *scoreFn) Setup(ctx context.Context) error {
@@ -439,9 +313,7 @@ func (fn *scoreFn) Teardown() {
 	}
 }
 
-// ProcessElement parks a list under its as_of and arms that as_of's
-// timer, or appends a batch of tallies and arms the timer of the first
-// cadence boundary at or after its bucket's end.
+// ProcessElement parks a list under its as_of and arms that as_of's timer.
 func (fn *scoreFn) ProcessElement(ctx context.Context, sp state.Provider, tp timers.Provider, key string, v []byte, _ func(beam.EventTime, string, []byte)) error {
 	if len(v) == 0 {
 		return fmt.Errorf("trend %s: empty element", key)
@@ -451,7 +323,9 @@ func (fn *scoreFn) ProcessElement(ctx context.Context, sp state.Provider, tp tim
 		if err != nil {
 			return err
 		}
-		at := fn.dueAt(bucket)
+		// Score at the first cadence boundary at or after the bucket's end.
+		end := bucket + fn.BucketMs
+		at := (end + fn.EveryMs - 1) / fn.EveryMs * fn.EveryMs
 		fn.Tick.Set(tp, time.UnixMilli(at), timers.WithTag(strconv.FormatInt(at, 10)), timers.WithOutputTimestamp(time.UnixMilli(at-1)))
 		return nil
 	}
@@ -468,16 +342,8 @@ func (fn *scoreFn) ProcessElement(ctx context.Context, sp state.Provider, tp tim
 	return nil
 }
 
-// dueAt is the cadence boundary whose score a bucket's tallies count in:
-// the first at or after the bucket's end.
-func (fn *scoreFn) dueAt(bucket int64) int64 {
-	end := bucket + fn.BucketMs
-	return (end + fn.EveryMs - 1) / fn.EveryMs * fn.EveryMs
-}
-
-// OnTimer scores, by events, every parked list of its key up to the
-// timer's as_of, oldest first; by users, every list of its shard whose
-// tallies for that as_of came. It emits their trending lists.
+// OnTimer scores every parked list up to the timer's as_of, oldest first,
+// and emits their trending lists.
 func (fn *scoreFn) OnTimer(ctx context.Context, sp state.Provider, tp timers.Provider, key string, tc timers.Context, emit func(beam.EventTime, string, []byte)) error {
 	if tc.Family != fn.Tick.Family {
 		return nil
@@ -486,42 +352,94 @@ func (fn *scoreFn) OnTimer(ctx context.Context, sp state.Provider, tp timers.Pro
 	if err != nil {
 		return fmt.Errorf("trend: timer tag %q: %w", tc.Tag, err)
 	}
-	if fn.Trend.Counts == schemas.CountsUsers {
-		return fn.scoreShard(ctx, sp, key, upTo, emit)
+	byUsers := fn.Trend.Counts == schemas.CountsUsers
+	keys := []int64{upTo} // by users: the timer's as_of, from the tallies
+	if !byUsers {
+		if keys, _, err = fn.Pending.Keys(sp); err != nil {
+			return err
+		}
+		keys = slices.DeleteFunc(keys, func(k int64) bool { return k > upTo })
+		if len(keys) == 0 {
+			return nil
+		}
+		slices.Sort(keys)
 	}
-	keys, _, err := fn.Pending.Keys(sp)
+	typ, scope, ok := strings.Cut(key, ":")
+	if !ok {
+		return fmt.Errorf("trend: key %q is not type:scope", key)
+	}
+	raw, ok, err := fn.Scorer.Read(sp)
 	if err != nil {
 		return err
 	}
-	keys = slices.DeleteFunc(keys, func(k int64) bool { return k > upTo })
-	if len(keys) == 0 {
-		return nil
+	var sc *trend.Scorer
+	if ok && len(raw) > 0 {
+		if sc, err = trend.Decode(typ, scope, fn.Trend, raw); err != nil {
+			// A state this code cannot read (a format change) starts over
+			// rather than stopping the job.
+			log.Errorf(ctx, "trend %s: state dropped: %v", key, err)
+			sc = nil
+		}
 	}
-	slices.Sort(keys)
-	raw, _, err := fn.Scorer.Read(sp)
-	if err != nil {
-		return err
+	if sc == nil {
+		sc = trend.New(typ, scope, fn.Trend)
 	}
-	sc, err := fn.decode(ctx, key, raw)
-	if err != nil {
-		return err
+	var fresh map[int64]*users.Tally
+	if byUsers {
+		if fresh, err = fn.unitePieces(ctx, sp, key); err != nil {
+			return err
+		}
 	}
 	for _, ms := range keys {
-		blob, ok, err := fn.Pending.Get(sp, ms)
-		if err != nil {
+		var in trend.Input
+		rules := fn.Rules
+		if byUsers {
+			if in, err = fn.usersInput(ctx, sp, time.UnixMilli(ms), fresh); err != nil {
+				return fmt.Errorf("trend %s: %w", key, err)
+			}
+		} else {
+			blob, ok, err := fn.Pending.Get(sp, ms)
+			if err != nil {
+				return err
+			}
+			if err := fn.Pending.Remove(sp, ms); err != nil {
+				return err
+			}
+			if !ok {
+				continue
+			}
+			l, err := schemas.UnmarshalList(blob)
+			if err != nil {
+				return fmt.Errorf("trend %s: %w", key, err)
+			}
+			in, rules = trend.InputFromList(l), l.Rules
+		}
+		out, err := sc.Step(ctx, in, fn.hist)
+		switch {
+		case errors.Is(err, trend.ErrStale):
+			late.Inc(ctx, 1)
+			continue
+		case errors.Is(err, trend.ErrHistory):
+			historyErr.Inc(ctx, 1)
+			log.Warnf(ctx, "%v", err)
+		case err != nil:
 			return err
 		}
-		if err := fn.Pending.Remove(sp, ms); err != nil {
-			return err
-		}
-		if !ok {
+		if out == nil {
+			skipped.Inc(ctx, 1)
 			continue
 		}
-		l, err := schemas.UnmarshalList(blob)
+		out.Rules = rules // scored from counts made with these rules
+		js, err := schemas.MarshalTrending(out)
 		if err != nil {
 			return fmt.Errorf("trend %s: %w", key, err)
 		}
-		if err := fn.step(ctx, sc, trend.InputFromList(l), l.Rules, ms, emit); err != nil {
+		emit(beam.EventTime(ms-1), out.Key().String(), js)
+		scored.Inc(ctx, 1)
+	}
+	if byUsers {
+		// The next list (upTo + Every) needs buckets from upTo + Every - 5m.
+		if err := fn.dropTallies(sp, upTo+fn.EveryMs-window5m); err != nil {
 			return err
 		}
 	}
@@ -533,156 +451,39 @@ func (fn *scoreFn) OnTimer(ctx context.Context, sp state.Provider, tp timers.Pro
 	return fn.Scorer.Write(sp, enc)
 }
 
-// decode is list's scorer from its state raw (a new one if empty). A
-// state this code cannot read (a format change) starts over rather than
-// stopping the job.
-func (fn *scoreFn) decode(ctx context.Context, list string, raw []byte) (*trend.Scorer, error) {
-	typ, scope, ok := strings.Cut(list, ":")
-	if !ok {
-		return nil, fmt.Errorf("trend: list %q is not type:scope", list)
-	}
-	if len(raw) > 0 {
-		sc, err := trend.Decode(typ, scope, fn.Trend, raw)
-		if err == nil {
-			return sc, nil
-		}
-		log.Errorf(ctx, "trend %s: state dropped: %v", list, err)
-	}
-	return trend.New(typ, scope, fn.Trend), nil
-}
-
-// step scores in with sc and emits the trending list, if any, at ms - 1.
-func (fn *scoreFn) step(ctx context.Context, sc *trend.Scorer, in trend.Input, rules string, ms int64, emit func(beam.EventTime, string, []byte)) error {
-	out, err := sc.Step(ctx, in, fn.hist)
-	switch {
-	case errors.Is(err, trend.ErrStale):
-		late.Inc(ctx, 1)
-		return nil
-	case errors.Is(err, trend.ErrHistory):
-		historyErr.Inc(ctx, 1)
-		log.Warnf(ctx, "%v", err)
-	case err != nil:
-		return err
-	}
-	if out == nil {
-		skipped.Inc(ctx, 1)
-		return nil
-	}
-	out.Rules = rules // scored from counts made with these rules
-	js, err := schemas.MarshalTrending(out)
-	if err != nil {
-		return fmt.Errorf("trend %s: %w", out.Key(), err)
-	}
-	emit(beam.EventTime(ms-1), out.Key().String(), js)
-	scored.Inc(ctx, 1)
-	return nil
-}
-
-// scoreShard scores, at upTo, each list of shard whose tallies for upTo
-// came (Due), from its panes of the 5 minutes before, in list order, and
-// drops the panes no later score needs.
-func (fn *scoreFn) scoreShard(ctx context.Context, sp state.Provider, shard string, upTo int64, emit func(beam.EventTime, string, []byte)) error {
-	fresh, err := fn.unitePieces(ctx, sp, shard)
-	if err != nil {
-		return err
-	}
-	dues, _, err := fn.Due.Keys(sp)
-	if err != nil {
-		return err
-	}
-	byList := map[string][]int64{}
-	var lists []string
-	for _, k := range dues {
-		list, at, ok := splitPaneKey(k)
-		if !ok || at > upTo {
-			continue
-		}
-		if byList[list] == nil {
-			lists = append(lists, list)
-		}
-		byList[list] = append(byList[list], at)
-		if err := fn.Due.Remove(sp, k); err != nil {
-			return err
-		}
-	}
-	slices.Sort(lists)
-	panes, _, err := fn.Panes.Keys(sp)
-	if err != nil {
-		return err
-	}
-	slices.Sort(panes) // by list, then time
-	for _, list := range lists {
-		raw, _, err := fn.Scorers.Get(sp, list)
-		if err != nil {
-			return err
-		}
-		sc, err := fn.decode(ctx, list, raw)
-		if err != nil {
-			return err
-		}
-		ats := byList[list]
-		slices.Sort(ats)
-		for _, at := range ats {
-			in, err := fn.usersInput(ctx, sp, list, panes, time.UnixMilli(at), fresh)
-			if err != nil {
-				return fmt.Errorf("trend %s: %w", list, err)
-			}
-			if err := fn.step(ctx, sc, in, fn.Rules, at, emit); err != nil {
-				return err
-			}
-		}
-		enc, err := sc.MarshalBinary()
-		sc.Release()
-		if err != nil {
-			return err
-		}
-		if err := fn.Scorers.Put(sp, list, enc); err != nil {
-			return err
-		}
-	}
-	// The next lists (upTo + Every) need panes from upTo + Every - 5m.
-	from := upTo + fn.EveryMs - window5m
-	for _, k := range panes {
-		if _, ms, ok := splitPaneKey(k); !ok || ms < from {
-			if err := fn.Panes.Remove(sp, k); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
 var window5m = schemas.Window5m.Length().Milliseconds()
 
-// maxPieceBytes and maxPieces bound the batches Pieces holds: at that
-// many bytes or batches, the next arrival brings Panes up to date at
+// maxPieceBytes and maxPieces bound the tallies Pieces holds: at that
+// many bytes or pieces, the next arrival brings Tallies up to date at
 // once, so the state stays bounded while the watermark (and so the timer)
-// does not move. Bytes, because uniting is the panes' read, decode, trim,
+// does not move. Bytes, because uniting is a pane's read, decode, trim,
 // encode and write whatever the pieces: a bound of 64 pieces made a busy
-// list (a global list at 200k events/s got on the order of 200 pieces a
-// minute while the pre-aggregation sent a tally per summary flush; at 100k
+// list (a global list at 200k events/s got on the order of 200 pieces a minute
+// while the pre-aggregation sent a tally per summary flush; at 100k
 // about 45, 4 MB) do that three times a minute instead of once at its
-// score. (Variables so that a test can lower them.)
+// score.
+// (Variables so that a test can lower them.)
 var (
-	maxPieceBytes = 64 << 20
+	maxPieceBytes = 16 << 20
 	maxPieces     = 1024
 )
 
-// added is what this instance appended to a shard's Pieces since it last
+// added is what this instance appended to a list's Pieces since it last
 // united them.
 type added struct{ pieces, bytes int }
 
-// addTally appends a batch (8 bytes of bucket start, then the records) to
-// Pieces, uniting the pieces into Panes when this instance has appended
-// maxPieceBytes or maxPieces of the shard's since it last united them.
+// addTally appends a bucket's users tally (8 bytes of bucket start, then
+// the tally) to Pieces, uniting the pieces into Tallies when this
+// instance has appended maxPieceBytes or maxPieces of the list's since it
+// last united them.
 //
 // The counts are the instance's, in memory, not state: a count in value
 // state cost a read and a write (three state requests, each a round
-// trip to the runner) for every batch, as much as the append. Where a
-// shard moves to another worker, a worker restarts or a bundle that united
+// trip to the runner) for every tally, as much as the append. Where a
+// list moves to another worker, a worker restarts or a bundle that united
 // the pieces is retried, the counts restart from zero while the state
 // does not, so Pieces may hold up to the bound more for each such event
-// before the shard is next scored: bounded, not exact.
+// before the list is next scored: bounded, not exact.
 func (fn *scoreFn) addTally(ctx context.Context, sp state.Provider, key string, v []byte) (bucket int64, err error) {
 	if len(v) < 8 {
 		return 0, fmt.Errorf("trend %s: short tally element", key)
@@ -705,15 +506,14 @@ func (fn *scoreFn) addTally(ctx context.Context, sp state.Provider, key string, 
 	return bucket, nil
 }
 
-// unitePieces unites the tallies in Pieces into their lists' panes in
-// Panes (each pane read, united and written once), marks the lists' scores
-// they count in as Due, and empties Pieces. It returns the panes it wrote,
-// decoded, by paneKey, so a score right after need not decode them again.
-// A piece or pane this code cannot read or unite with (a format or
-// precision change) is dropped with an error in the log rather than
-// stopping the job.
-func (fn *scoreFn) unitePieces(ctx context.Context, sp state.Provider, shard string) (map[string]*users.Tally, error) {
-	delete(fn.added, shard)
+// unitePieces unites the tallies in Pieces into their panes' tallies in
+// Tallies (each pane read, united and written once) and empties Pieces.
+// It returns the panes it wrote, decoded, so a score right after need not
+// decode them again. A piece or pane this code cannot read or unite with
+// (a format or precision change) is dropped with an error in the log
+// rather than stopping the job.
+func (fn *scoreFn) unitePieces(ctx context.Context, sp state.Provider, key string) (map[int64]*users.Tally, error) {
+	delete(fn.added, key)
 	pieces, ok, err := fn.Pieces.Read(sp)
 	if err != nil || !ok || len(pieces) == 0 {
 		return nil, err
@@ -721,105 +521,88 @@ func (fn *scoreFn) unitePieces(ctx context.Context, sp state.Provider, shard str
 	// Each pane's pieces, then its tally as it was, united at once:
 	// UniteTop gives an entry only to the items that can stay among the
 	// pane's MaxItems (most of a busy list's are seen once in a minute).
-	byPane := map[string][][]byte{}
-	var panes []string
-	due := map[string]bool{}
+	byPane := map[int64][][]byte{}
+	var panes []int64
 	for _, v := range pieces {
 		if len(v) < 8 {
-			return nil, fmt.Errorf("trend %s: short tally piece", shard)
+			return nil, fmt.Errorf("trend %s: short tally piece", key)
 		}
 		bucket := int64(binary.BigEndian.Uint64(v))
 		pane := bucket - mod(bucket, fn.PaneMs)
-		at := fn.dueAt(bucket)
-		err := records(v[8:], func(list string, tally []byte) {
-			k := paneKey(list, pane)
-			if byPane[k] == nil {
-				panes = append(panes, k)
-			}
-			byPane[k] = append(byPane[k], tally)
-			due[paneKey(list, at)] = true
-		})
-		if err != nil {
-			log.Errorf(ctx, "trend %s: a tally batch of bucket %d dropped: %v", shard, bucket, err)
+		if byPane[pane] == nil {
+			panes = append(panes, pane)
 		}
+		byPane[pane] = append(byPane[pane], v[8:])
 	}
-	for k := range due {
-		if err := fn.Due.Put(sp, k, []byte{}); err != nil {
-			return nil, err
-		}
-	}
-	out := make(map[string]*users.Tally, len(panes))
-	for _, k := range panes {
-		ps := byPane[k]
-		old, ok, err := fn.Panes.Get(sp, k)
+	out := make(map[int64]*users.Tally, len(panes))
+	for _, pane := range panes {
+		ps := byPane[pane]
+		old, ok, err := fn.Tallies.Get(sp, pane)
 		if err != nil {
 			return nil, err
 		}
 		if ok {
 			ps = append(ps, old)
 		}
-		list, pane, _ := splitPaneKey(k)
 		t := users.NewTally()
 		for i, err := range t.UniteTop(ps, fn.Trend.MaxItems) {
 			if err == nil {
 				continue
 			}
 			if ok && i == len(ps)-1 {
-				log.Errorf(ctx, "trend %s: users of pane %d dropped: %v", list, pane, err)
+				log.Errorf(ctx, "trend %s: users of pane %d dropped: %v", key, pane, err)
 			} else {
-				log.Errorf(ctx, "trend %s: a users tally of pane %d dropped: %v", list, pane, err)
+				log.Errorf(ctx, "trend %s: a users tally of pane %d dropped: %v", key, pane, err)
 			}
 		}
 		enc, err := t.MarshalBinary()
 		if err != nil {
 			return nil, err
 		}
-		if err := fn.Panes.Put(sp, k, enc); err != nil {
+		if err := fn.Tallies.Put(sp, pane, enc); err != nil {
 			return nil, err
 		}
-		out[k] = t
+		out[pane] = t
 	}
 	return out, fn.Pieces.Clear(sp)
 }
 
-// usersInput is list's scorer input for the 5 minutes before asOf from its
-// panes' tallies (keys: the shard's pane keys, sorted): each item's
-// distinct trusted users, over the list's distinct (user, item) pairs. A
-// pane in fresh (unitePieces' result) is taken from there, not decoded;
-// it is used up.
-func (fn *scoreFn) usersInput(ctx context.Context, sp state.Provider, list string, keys []string, asOf time.Time, fresh map[string]*users.Tally) (trend.Input, error) {
+// usersInput is the scorer's input for the 5 minutes before asOf from the
+// panes' tallies: each item's distinct trusted users, over the list's
+// distinct (user, item) pairs. A pane in fresh (unitePieces' result) is
+// taken from there, not decoded; it is used up.
+func (fn *scoreFn) usersInput(ctx context.Context, sp state.Provider, asOf time.Time, fresh map[int64]*users.Tally) (trend.Input, error) {
 	to := asOf.UnixMilli()
+	keys, _, err := fn.Tallies.Keys(sp)
+	if err != nil {
+		return trend.Input{}, err
+	}
 	// The fresh panes (decoded already) first, then the others from their
 	// bytes with the cut to MaxItems (UniteTop: only items that can make
 	// it get an entry).
 	u := users.NewTally()
 	var raws [][]byte
 	var rawPanes []int64
-	lo, _ := slices.BinarySearch(keys, paneKey(list, to-window5m))
-	for _, k := range keys[lo:] {
-		l, b, ok := splitPaneKey(k)
-		if !ok || l != list || b >= to {
-			break
+	for _, b := range keys {
+		if b < to-window5m || b >= to {
+			continue
 		}
-		if t := fresh[k]; t != nil {
-			delete(fresh, k)
+		if t := fresh[b]; t != nil {
+			delete(fresh, b)
 			if err := u.Absorb(t); err != nil { // see unitePieces: skipped, not fatal
-				log.Errorf(ctx, "trend %s: users of pane %d skipped: %v", list, b, err)
+				log.Errorf(ctx, "trend: users of pane %d skipped: %v", b, err)
 			}
 			continue
 		}
-		raw, ok, err := fn.Panes.Get(sp, k)
-		if err != nil {
+		raw, ok, err := fn.Tallies.Get(sp, b)
+		if err != nil || !ok {
 			return trend.Input{}, err
-		}
-		if !ok {
-			continue
 		}
 		raws, rawPanes = append(raws, raw), append(rawPanes, b)
 	}
 	for i, err := range u.UniteTop(raws, fn.Trend.MaxItems) {
 		if err != nil {
-			log.Errorf(ctx, "trend %s: users of pane %d skipped: %v", list, rawPanes[i], err)
+			log.Errorf(ctx, "trend: users of pane %d skipped: %v", rawPanes[i], err)
 		}
 	}
 	in := trend.Input{AsOf: asOf, Total: u.Pairs.Estimate(), Items: make([]trend.Count, 0, len(u.Items))}
@@ -833,3 +616,19 @@ func (fn *scoreFn) usersInput(ctx context.Context, sp state.Provider, list strin
 
 // mod is a mod b in [0, b) for negative a too.
 func mod(a, b int64) int64 { return (a%b + b) % b }
+
+// dropTallies removes the panes before from.
+func (fn *scoreFn) dropTallies(sp state.Provider, from int64) error {
+	keys, _, err := fn.Tallies.Keys(sp)
+	if err != nil {
+		return err
+	}
+	for _, b := range keys {
+		if b < from {
+			if err := fn.Tallies.Remove(sp, b); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

@@ -87,9 +87,9 @@ func (fn *checkUsersFn) ProcessElement(key string, js []byte, emit func(string))
 // of one-off items is cut from every pane and 5-minute union; and the
 // item that starts at minute 20 with new users every bucket trends.
 func TestTrendingByUsersOnPrism(t *testing.T) {
-	const pieces = 70 // tallies per bucket
+	const pieces = 70 // tallies per bucket, > maxPieces below
 	defer func(n int) { maxPieces = n }(maxPieces)
-	maxPieces = 3 // batches: the arrivals unite as well as the timer
+	maxPieces = 64
 	cfg := DefaultConfig()
 	cfg.Trend.Counts = schemas.CountsUsers
 	cfg.Trend.WarmUp = 10 * time.Minute
