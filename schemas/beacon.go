@@ -357,6 +357,10 @@ func ParseBeaconJSON(data []byte) (*Beacon, error) {
 // unknown fields rejected. Content is not checked (see Validator).
 func ParseEventJSON(line []byte, e *Event) error {
 	*e = Event{}
+	if parseEventFast(line, e) {
+		return nil
+	}
+	*e = Event{}
 	if err := decodeJSONObject(line, e); err != nil {
 		return fmt.Errorf("%w: json: %w", ErrInvalidEvent, err)
 	}

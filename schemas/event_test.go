@@ -220,6 +220,12 @@ func TestParseEventJSON(t *testing.T) {
 	if !eventsEqual(e, want) {
 		t.Errorf("got %+v, want %+v", e, want)
 	}
+	// The common shape is decoded without encoding/json (parseEventFast),
+	// to the same event.
+	var fast Event
+	if !parseEventFast([]byte(line), &fast) || !eventsEqual(fast, want) {
+		t.Errorf("fast decoder: %+v, want %+v", fast, want)
+	}
 	// Reuse: a second parse must not keep fields of the first.
 	if err := ParseEventJSON([]byte(`{"event_id":"x","type":"t","item":"i","ts":"2026-11-30T10:00:00Z"}`+"\r\n"), &e); err != nil {
 		t.Fatal(err)
@@ -263,4 +269,35 @@ func TestParseEventJSON(t *testing.T) {
 func eventsEqual(a, b Event) bool {
 	return a.EventID == b.EventID && a.Type == b.Type && a.Item == b.Item && a.User == b.User &&
 		a.TS.Equal(b.TS) && a.Country == b.Country && a.Region == b.Region
+}
+
+// benchLine is one NDJSON line of the design's shape, the file replay's
+// decode per event.
+var benchLine = []byte(`{"event_id":"e-1234567","type":"video","item":"v_42137","user":"u_7731",` +
+	`"ts":"2026-11-30T10:00:01.234Z","country":"IN","region":"IN-MH"}`)
+
+// BenchmarkParseEventJSON decodes benchLine (go test -bench ParseEventJSON
+// ./schemas/).
+func BenchmarkParseEventJSON(b *testing.B) {
+	benchDecode(b, ParseEventJSON)
+}
+
+// BenchmarkParseEventJSONSlow is the same line through encoding/json alone
+// (what ParseEventJSON did before its fast path).
+func BenchmarkParseEventJSONSlow(b *testing.B) {
+	benchDecode(b, func(line []byte, e *Event) error {
+		*e = Event{}
+		return decodeJSONObject(line, e)
+	})
+}
+
+func benchDecode(b *testing.B, decode func([]byte, *Event) error) {
+	var e Event
+	b.ReportAllocs()
+	b.SetBytes(int64(len(benchLine)))
+	for b.Loop() {
+		if err := decode(benchLine, &e); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

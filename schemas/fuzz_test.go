@@ -370,3 +370,39 @@ func FuzzListHeader(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseEventFast: wherever the fast decoder of event lines accepts an
+// input, encoding/json (the decoder it stands in for) accepts it too and
+// gives the same event, to the time zone; every seed below is one the
+// fast decoder declines or decodes.
+func FuzzParseEventFast(f *testing.F) {
+	for _, s := range []string{
+		`{"event_id":"e-123","type":"video","item":"v_42","user":"u_7","ts":"2026-11-30T10:00:01.234Z","country":"IN","region":"IN-MH"}`,
+		` { "event_id" : "e" , "type":"t","item":"i","ts":"2026-11-30T10:00:00+05:30" } ` + "\r\n",
+		`{}`, `{ }`, `{"item":"caf\u00e9"}`, `{"item":"café"}`, "{\"item\":\"\xff\"}", "{\"item\":\"\xed\xa0\x80\"}",
+		`{"ITEM":"x"}`, `{"Item":"x"}`, `{"item":null}`, `{"item":5}`, `{"ts":null}`, `{"ts":"yesterday"}`,
+		`{"item":"a","item":"b"}`, `{"ts":"2026-11-30T10:00:00Z","ts":"2026-11-30T11:00:00Z"}`,
+		`{"item":"a",}`, `{"item":"a"}x`, `{"item":"a"`, `{"item" "a"}`, `{"color":"red"}`, "{\"item\":\"a\tb\"}",
+		`{"ts":"2026-11-30T10:00:00.123456789+01:00"}`, `{"ts":"0000-01-01T00:00:00Z"}`, `{"ts":"2026-11-30T10:00:00"}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var fast Event
+		if !parseEventFast(data, &fast) {
+			return
+		}
+		var slow Event
+		if err := decodeJSONObject(data, &slow); err != nil {
+			t.Fatalf("%q: the fast decoder accepts it, encoding/json says %v", data, err)
+		}
+		if !eventsEqual(fast, slow) || fast.TS.Location().String() != slow.TS.Location().String() {
+			t.Fatalf("%q: fast %+v, encoding/json %+v", data, fast, slow)
+		}
+		_, offFast := fast.TS.Zone()
+		_, offSlow := slow.TS.Zone()
+		if offFast != offSlow {
+			t.Fatalf("%q: zone offset %d, encoding/json %d", data, offFast, offSlow)
+		}
+	})
+}
