@@ -1,7 +1,6 @@
 package fastpath
 
 import (
-	"os"
 	"runtime"
 	"runtime/metrics"
 	"strconv"
@@ -140,9 +139,6 @@ func peakLiveHeap(t *testing.T, path string) (float64, Report) {
 		c.Trending = false
 		c.Preagg.Summary.N, c.Preagg.Partitions, c.Preagg.MaxDistinct = 512, 4, 4096
 		c.SourceOpts.BundleBeacons = 20
-		if v := os.Getenv("PN"); v != "" {
-			c.Preagg.PartialN, _ = strconv.Atoi(v)
-		}
 	})
 	close(stop)
 	<-done
