@@ -77,10 +77,9 @@ func (fn *checkUsersFn) ProcessElement(key string, js []byte, emit func(string))
 }
 
 // TestTrendingByUsersOnPrism: the scorer fed users tallies as the
-// pre-aggregation sends them, many per bucket (batched, more batches
-// between timers than maxPieces, so both the timer's and the arrivals'
-// uniting run), with the same users in many tallies of a bucket and in
-// many buckets. Every item a trending list
+// pre-aggregation sends them, many per bucket (more than maxPieces, so
+// both the timer's and the arrivals' uniting run), with the same users in
+// many tallies of a bucket and in many buckets. Every item a trending list
 // holds has count_5m within the sketch's error of its exact distinct users
 // over the list's 5 minutes (recounted here from the events), where a sum
 // of the tallies' users would be up to 30 times that, while a long tail
