@@ -27,8 +27,9 @@
 // and in no window that had.
 //
 // Memory per list is bounded by the panes it keeps (30 buckets for 5m, 60
-// minutes for 1h) and the aggregators' nodes (one per pane at most), each a
-// summary of at most N entries: it does not grow with distinct items, and a
+// minutes for 1h) and the aggregators' nodes (an aggregate for every other
+// pane at most: TwoStacks keeps half its front's), each a summary of at
+// most N entries: it does not grow with distinct items, and a
 // list without data for an hour is dropped. The minutes and the
 // aggregates may keep fewer entries than the buckets (Config.UpperN,
 // Config.AggN): an aggregate merges many panes, so a list of a few hundred
@@ -78,8 +79,8 @@ type Config struct {
 	// saves and costs). 0: as the buckets'.
 	UpperN int
 	// AggN, when > 0, is the entries each window's aggregates keep
-	// (TwoStacks.N): the front stack's up to one aggregate per pane is
-	// most of a window's state beyond its panes. A window over the upper
+	// (TwoStacks.N): the front stack's aggregates (one for every other
+	// pane) are most of a window's state beyond its panes. A window over the upper
 	// levels keeps the smaller of AggN and UpperN. 0: as their panes'.
 	AggN int
 }
@@ -134,6 +135,9 @@ type State struct {
 	// that encodes each result at once saves a copy per list and window).
 	ShareResults bool
 	cut          summary.Summary
+	// query is the scratch of the window merges Fire cuts its results
+	// from (TwoStacks.QueryInto): read once, right after.
+	query summary.Summary
 }
 
 type list struct {
@@ -390,7 +394,7 @@ func (st *State) slide(l *list, wi int, end int64) (*summary.Summary, error) {
 	if err := t.Evict(from); err != nil {
 		return nil, err
 	}
-	return t.Query()
+	return t.QueryInto(&st.query)
 }
 
 // aggN is the N of window wi's aggregates (see Config.AggN).

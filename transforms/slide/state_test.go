@@ -266,3 +266,96 @@ func TestTwoStacksOrder(t *testing.T) {
 	}()
 	_ = ts.Push(10, sm)
 }
+
+// QueryInto answers as MergeEvents of the front's and the back's
+// aggregates after every push and eviction, into one scratch summary
+// reused throughout.
+func TestTwoStacksQueryInto(t *testing.T) {
+	var ts TwoStacks
+	ts.N = 6
+	var scratch summary.Summary
+	for start := int64(0); start < 40; start++ {
+		m := map[string]uint64{}
+		for i := range 12 {
+			m[fmt.Sprintf("it%d", (start*7+int64(i)*3)%25)] += uint64(1 + i%4)
+		}
+		if err := ts.Push(start, summarize(m, 8)); err != nil {
+			t.Fatal(err)
+		}
+		if err := ts.Evict(start - 9); err != nil {
+			t.Fatal(err)
+		}
+		// What Query answered before QueryInto: a new summary, merged
+		// from the front's top aggregate and the back's.
+		want, err := ts.top()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want == nil {
+			want = ts.backAgg
+		} else if ts.backAgg != nil {
+			if want, err = summary.MergeEvents(want, ts.backAgg); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, err := ts.QueryInto(&scratch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !summary.Equal(got, want) {
+			t.Fatalf("after pane %d: QueryInto %+v, Query %+v", start, got, want)
+		}
+	}
+}
+
+// TwoStacks over uncut summaries answers every window exactly, through
+// flips and evictions of every length, while its front keeps at most every
+// other aggregate (and the one at its top).
+func TestTwoStacksSparseFront(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 5))
+	x := exact{}
+	var ts TwoStacks
+	length, from := int64(1), int64(0)
+	for start := int64(0); start < 400; start++ {
+		if start%37 == 0 {
+			length = 1 + rng.Int64N(61) // a new window length now and then
+		}
+		m := map[string]uint64{}
+		for range 1 + rng.IntN(6) {
+			m[fmt.Sprintf("it%d", rng.IntN(30))] += uint64(1 + rng.IntN(5))
+		}
+		for k, v := range m {
+			x.add("l", start, k, v)
+		}
+		if err := ts.Push(start, summarize(m, 1000)); err != nil {
+			t.Fatal(err)
+		}
+		// Evicted panes stay out when the window grows.
+		from = max(from, start+1-length)
+		if err := ts.Evict(from); err != nil {
+			t.Fatal(err)
+		}
+		got, err := ts.Query()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := x.window("l", from, start+1)
+		if len(got.Entries) != len(want) || got.Theta != 0 {
+			t.Fatalf("pane %d, window %d: %d entries theta %d, want %d exact", start, length, len(got.Entries), got.Theta, len(want))
+		}
+		for _, e := range got.Entries {
+			if e.Lo != want[e.Item] || e.Hi != want[e.Item] {
+				t.Fatalf("pane %d, window %d: %s [%d, %d], exact %d", start, length, e.Item, e.Lo, e.Hi, want[e.Item])
+			}
+		}
+		aggs := 0
+		for _, nd := range ts.front {
+			if nd.agg {
+				aggs++
+			}
+		}
+		if limit := (len(ts.front)+1)/2 + 1; aggs > limit {
+			t.Fatalf("pane %d: front of %d holds %d aggregates, want at most %d", start, len(ts.front), aggs, limit)
+		}
+	}
+}

@@ -21,8 +21,18 @@ type pane struct {
 // A query merges two summaries (the front top's aggregate and the back's);
 // a push merges one; an eviction pops one, and when the front is empty it
 // first flips the back onto it, one merge per pane. Each pane is merged into
-// a front aggregate once in its life, so a slide costs about three merges
-// amortized, whatever the window's length (sixty minute summaries for 1h).
+// a front aggregate once in its life (twice for every other pane, below),
+// so a slide costs three to four merges amortized, whatever the window's
+// length (sixty minute summaries for 1h).
+//
+// The front keeps every other aggregate (the bottom's, the third's, ...):
+// the others hold their pane's own summary, which the State keeps anyway,
+// and the aggregate is made again, the same merge of the pane and the
+// aggregate below it that the flip made, when that pane reaches the top.
+// The front's aggregates are most of a busy list's window memory (up to
+// one per pane, each as large as a window's cut: BENCHMARKS.md, "Smaller
+// minutes and aggregates"); this halves them for one merge more every
+// other eviction, and the answers are the same summaries as before.
 //
 // Chosen over FlatFAT (O(log n) merges per slide, a tree over a circular
 // array) and DABA (worst-case O(1), twice the bookkeeping): the windows here
@@ -37,11 +47,18 @@ type TwoStacks struct {
 	// answer per partition is cut to Config.Limit, so they need not keep
 	// as many entries as a pane. 0: the older side's N (MergeEvents).
 	N       int
-	front   []pane // front[len-1] is the oldest; sm is the aggregate from it to the bottom
+	front   []node // front[len-1] is the oldest
 	back    []pane // oldest first
 	backAgg *summary.Summary
 	last    int64 // start of the newest pane pushed
 	merges  int   // merges done, for tests and benchmarks
+}
+
+// node is a pane of the front: agg, its summary is the aggregate of the
+// pane and every pane below it in the front; otherwise the pane's own.
+type node struct {
+	pane
+	agg bool
 }
 
 // Len is the number of panes in the window.
@@ -82,9 +99,30 @@ func (t *TwoStacks) Evict(start int64) error {
 		if top.start >= start {
 			return nil
 		}
-		t.front[len(t.front)-1] = pane{}
+		t.front[len(t.front)-1] = node{}
 		t.front = t.front[:len(t.front)-1]
 	}
+}
+
+// top is the front's top aggregate (nil when the front is empty), made
+// from the top pane and the aggregate below it if the front kept the
+// pane's own summary.
+func (t *TwoStacks) top() (*summary.Summary, error) {
+	n := len(t.front)
+	if n == 0 {
+		return nil, nil
+	}
+	nd := &t.front[n-1]
+	if !nd.agg {
+		// n >= 2: the bottom node is always an aggregate.
+		agg, err := t.merge(nd.sm, t.front[n-2].sm)
+		if err != nil {
+			return nil, err
+		}
+		t.merges++
+		nd.sm, nd.agg = agg, true
+	}
+	return nd.sm, nil
 }
 
 // flip moves the back onto the empty front, newest first, so the front's
@@ -102,7 +140,12 @@ func (t *TwoStacks) flip() error {
 			}
 			t.merges++
 		}
-		t.front = append(t.front, pane{start: p.start, sm: agg})
+		if keep := len(t.front)%2 == 0 || i == 0; keep {
+			// Every other aggregate, and the top's (queried next).
+			t.front = append(t.front, node{pane: pane{start: p.start, sm: agg}, agg: true})
+		} else {
+			t.front = append(t.front, node{pane: p})
+		}
 		t.back[i] = pane{}
 	}
 	t.back = t.back[:0]
@@ -112,10 +155,15 @@ func (t *TwoStacks) flip() error {
 
 // Query is the merge of every pane held; nil when empty. The result may be
 // shared with the aggregator: do not modify it.
-func (t *TwoStacks) Query() (*summary.Summary, error) {
-	var f *summary.Summary
-	if n := len(t.front); n > 0 {
-		f = t.front[n-1].sm
+func (t *TwoStacks) Query() (*summary.Summary, error) { return t.QueryInto(new(summary.Summary)) }
+
+// QueryInto is Query with the merge, when one is needed, written into
+// scratch (summary.MergeEventsInto): the result is scratch, or a summary
+// shared with the aggregator; either way read it before the next call.
+func (t *TwoStacks) QueryInto(scratch *summary.Summary) (*summary.Summary, error) {
+	f, err := t.top()
+	if err != nil {
+		return nil, err
 	}
 	switch {
 	case f == nil:
@@ -124,7 +172,10 @@ func (t *TwoStacks) Query() (*summary.Summary, error) {
 		return f, nil
 	}
 	t.merges++
-	return summary.MergeEvents(f, t.backAgg)
+	if err := summary.MergeEventsInto(scratch, f, t.backAgg, f.N); err != nil {
+		return nil, err
+	}
+	return scratch, nil
 }
 
 // merge merges two disjoint event sets into an aggregate of t's N, never

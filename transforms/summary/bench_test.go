@@ -152,6 +152,21 @@ func BenchmarkMergeEventsCut(b *testing.B) {
 	}
 }
 
+// BenchmarkMergeEventsInto is BenchmarkMergeEventsCut into one reused
+// summary (a window's answer, TwoStacks.QueryInto).
+func BenchmarkMergeEventsInto(b *testing.B) {
+	cfg := DefaultConfig()
+	x := countedSummary(cfg, zipfKeys(21, 1.1, benchUniverse, 20_000))
+	y := countedSummary(cfg, zipfKeys(22, 1.1, benchUniverse, 20_000))
+	var dst Summary
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := MergeEventsInto(&dst, x, y, 1100); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkMergerSlidingHour is the sliding hour's merge: 60 encoded minute
 // summaries decoded and merged by one Merger. One op is the whole 60-way
 // merge; summaries/s counts the minutes merged.

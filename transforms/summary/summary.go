@@ -226,39 +226,8 @@ func (sm *Summary) mergeEvents(b *Summary, buf *[]Entry) error {
 		pooled = mergeScratch.Get().(*[]Entry)
 		merged = (*pooled)[:0]
 	}
-	merged = slices.Grow(merged, len(sm.Entries)+len(b.Entries))
 	a := sm
-	i, j := 0, 0
-	for i < len(a.Entries) || j < len(b.Entries) {
-		var c int
-		switch {
-		case i == len(a.Entries):
-			c = 1
-		case j == len(b.Entries):
-			c = -1
-		default:
-			c = cmpKey(a.Entries[i], b.Entries[j])
-		}
-		switch {
-		case c < 0:
-			e := a.Entries[i]
-			e.Hi += b.Bound(e.Hash)
-			merged = append(merged, e)
-			i++
-		case c > 0:
-			e := b.Entries[j]
-			e.Hi += a.Bound(e.Hash)
-			merged = append(merged, e)
-			j++
-		default:
-			e := a.Entries[i]
-			e.Lo += b.Entries[j].Lo
-			e.Hi += b.Entries[j].Hi
-			merged = append(merged, e)
-			i++
-			j++
-		}
-	}
+	merged = appendMerged(merged, a, b)
 	// Sketches add only after every bound above used each side's own.
 	switch {
 	case a.Sketch != nil && b.Sketch != nil:
@@ -284,6 +253,67 @@ func (sm *Summary) mergeEvents(b *Summary, buf *[]Entry) error {
 	a.Theta = max(a.Theta, dropped)
 	*pooled = merged[:0] // its item strings stay reachable until reused: bounded by the pool
 	mergeScratch.Put(pooled)
+	return nil
+}
+
+// appendMerged appends the entries of a and b (disjoint event sets), merged
+// in key order, to dst: an item on one side only gets the other side's
+// bound added to its hi. Sketches are not consulted (callers tighten).
+func appendMerged(dst []Entry, a, b *Summary) []Entry {
+	dst = slices.Grow(dst, len(a.Entries)+len(b.Entries))
+	i, j := 0, 0
+	for i < len(a.Entries) || j < len(b.Entries) {
+		var c int
+		switch {
+		case i == len(a.Entries):
+			c = 1
+		case j == len(b.Entries):
+			c = -1
+		default:
+			c = cmpKey(a.Entries[i], b.Entries[j])
+		}
+		switch {
+		case c < 0:
+			e := a.Entries[i]
+			e.Hi += b.Bound(e.Hash)
+			dst = append(dst, e)
+			i++
+		case c > 0:
+			e := b.Entries[j]
+			e.Hi += a.Bound(e.Hash)
+			dst = append(dst, e)
+			j++
+		default:
+			e := a.Entries[i]
+			e.Lo += b.Entries[j].Lo
+			e.Hi += b.Entries[j].Hi
+			dst = append(dst, e)
+			i++
+			j++
+		}
+	}
+	return dst
+}
+
+// MergeEventsInto is MergeEventsN(a, b, n) written into dst, whose entries'
+// memory it reuses: for a merge read once and dropped (a window's answer,
+// cut again right after), where MergeEventsN allocates a result of up to n
+// entries. dst must not be a or b nor share their entries; its old
+// contents are lost.
+func MergeEventsInto(dst, a, b *Summary, n int) error {
+	if a.empty() || b.empty() || a.Sketch != nil || b.Sketch != nil {
+		out, err := MergeEventsN(a, b, n)
+		if err != nil {
+			return err
+		}
+		*dst = *out
+		return nil
+	}
+	es := appendMerged(dst.Entries[:0], a, b)
+	*dst = Summary{N: n, Total: a.Total + b.Total, Theta: a.Theta + b.Theta}
+	var dropped uint64
+	dst.Entries, dropped = cutTop(es[:0], es, n, 0) // in place, as truncate
+	dst.Theta = max(dst.Theta, dropped)
 	return nil
 }
 

@@ -376,3 +376,49 @@ func TestMergeEventsNAndWithN(t *testing.T) {
 		t.Fatalf("empty + a to 1: %+v, %v", e, err)
 	}
 }
+
+// Property: MergeEventsInto is MergeEventsN, whatever dst held before (its
+// memory reused), with or without sketches, empty sides and cuts, and
+// leaves its inputs as they were.
+func TestMergeEventsIntoEqualsN(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 9))
+	random := func(cfg Config, items int) *Summary {
+		counts := map[string]uint64{}
+		for range items {
+			counts["i"+strconv.Itoa(rng.IntN(3*items+1))] += 1 + uint64(rng.IntN(20))
+		}
+		return counted(cfg, counts)
+	}
+	var dst Summary
+	sampled := sampleSummaries(t) // with sketches: the MergeEventsN path
+	for round := range 300 {
+		var a, b *Summary
+		switch round % 4 {
+		case 0:
+			a, b = sampled[rng.IntN(len(sampled))], sampled[rng.IntN(len(sampled))]
+		case 1:
+			a, b = New(Config{N: 16}), random(Config{N: 16}, 40)
+		default:
+			a, b = random(Config{N: 8 + rng.IntN(64)}, rng.IntN(200)), random(Config{N: 8 + rng.IntN(64)}, rng.IntN(200))
+		}
+		n := 1 + rng.IntN(100)
+		before := [2][]byte{}
+		before[0], _ = a.MarshalBinary()
+		before[1], _ = b.MarshalBinary()
+		want, err := MergeEventsN(a, b, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := MergeEventsInto(&dst, a, b, n); err != nil {
+			t.Fatal(err)
+		}
+		if !Equal(&dst, want) {
+			t.Fatalf("round %d (n %d): MergeEventsInto %+v, MergeEventsN %+v", round, n, dst, *want)
+		}
+		after0, _ := a.MarshalBinary()
+		after1, _ := b.MarshalBinary()
+		if !bytes.Equal(before[0], after0) || !bytes.Equal(before[1], after1) {
+			t.Fatalf("round %d: an input changed", round)
+		}
+	}
+}
