@@ -27,9 +27,9 @@
 // and in no window that had.
 //
 // Memory per list is bounded by the panes it keeps (30 buckets for 5m, 60
-// minutes for 1h) and the aggregators' nodes (an aggregate for every other
-// pane at most: TwoStacks keeps half its front's), each a summary of at
-// most N entries: it does not grow with distinct items, and a
+// minutes for 1h) and the aggregators' nodes (about 2 sqrt(n) aggregates
+// for a window of n panes: see TwoStacks), each a summary of at most N
+// entries: it does not grow with distinct items, and a
 // list without data for an hour is dropped. The minutes and the
 // aggregates may keep fewer entries than the buckets (Config.UpperN,
 // Config.AggN): an aggregate merges many panes, so a list of a few hundred
@@ -79,8 +79,8 @@ type Config struct {
 	// saves and costs). 0: as the buckets'.
 	UpperN int
 	// AggN, when > 0, is the entries each window's aggregates keep
-	// (TwoStacks.N): the front stack's aggregates (one for every other
-	// pane) are most of a window's state beyond its panes. A window over the upper
+	// (TwoStacks.N): the front stack's aggregates (about 2 sqrt(n) of a
+	// window's n panes) are most of a window's state beyond its panes. A window over the upper
 	// levels keeps the smaller of AggN and UpperN. 0: as their panes'.
 	AggN int
 }

@@ -316,6 +316,7 @@ func TestTwoStacksSparseFront(t *testing.T) {
 	x := exact{}
 	var ts TwoStacks
 	length, from := int64(1), int64(0)
+	maxFront, maxAggs := 0, 0
 	for start := int64(0); start < 400; start++ {
 		if start%37 == 0 {
 			length = 1 + rng.Int64N(61) // a new window length now and then
@@ -354,8 +355,15 @@ func TestTwoStacksSparseFront(t *testing.T) {
 				aggs++
 			}
 		}
-		if limit := (len(ts.front)+1)/2 + 1; aggs > limit {
-			t.Fatalf("pane %d: front of %d holds %d aggregates, want at most %d", start, len(ts.front), aggs, limit)
+		// Windows of up to 61 panes: blocks of at most 8 panes, so at most
+		// 8 blocks' aggregates, the top's, and 7 made again.
+		if aggs > 16 {
+			t.Fatalf("pane %d: front of %d holds %d aggregates, want at most 16", start, len(ts.front), aggs)
 		}
+		maxFront, maxAggs = max(maxFront, len(ts.front)), max(maxAggs, aggs)
+	}
+	t.Logf("fronts of up to %d panes held up to %d aggregates", maxFront, maxAggs)
+	if maxFront < 40 {
+		t.Fatalf("the longest front had %d panes: the bound above was not exercised", maxFront)
 	}
 }

@@ -21,18 +21,21 @@ type pane struct {
 // A query merges two summaries (the front top's aggregate and the back's);
 // a push merges one; an eviction pops one, and when the front is empty it
 // first flips the back onto it, one merge per pane. Each pane is merged into
-// a front aggregate once in its life (twice for every other pane, below),
-// so a slide costs three to four merges amortized, whatever the window's
-// length (sixty minute summaries for 1h).
+// a front aggregate once in its life (twice for most panes, below), so a
+// slide costs three to four merges amortized, whatever the window's length
+// (sixty minute summaries for 1h).
 //
-// The front keeps every other aggregate (the bottom's, the third's, ...):
-// the others hold their pane's own summary, which the State keeps anyway,
-// and the aggregate is made again, the same merge of the pane and the
-// aggregate below it that the flip made, when that pane reaches the top.
-// The front's aggregates are most of a busy list's window memory (up to
-// one per pane, each as large as a window's cut: BENCHMARKS.md, "Smaller
-// minutes and aggregates"); this halves them for one merge more every
-// other eviction, and the answers are the same summaries as before.
+// The front keeps one aggregate in every block of k panes, k about the
+// square root of the panes flipped (the bottom's, the (k+1)-th's, ..., and
+// the top's): the others hold their pane's own summary, which the State
+// keeps anyway. When such a pane reaches the top, the aggregates of its
+// block are made again, each the same merge of its pane and the aggregate
+// below it that the flip made, and kept until their panes leave. The
+// front's aggregates are most of a busy list's window memory (up to one
+// per pane, each as large as a window's cut: BENCHMARKS.md, "Smaller
+// minutes and aggregates"); this keeps about 2 sqrt(n) of n (16 of a 1h
+// window's 60) for up to one merge more per pane that leaves, and the
+// answers are the same summaries as before.
 //
 // Chosen over FlatFAT (O(log n) merges per slide, a tree over a circular
 // array) and DABA (worst-case O(1), twice the bookkeeping): the windows here
@@ -104,31 +107,47 @@ func (t *TwoStacks) Evict(start int64) error {
 	}
 }
 
-// top is the front's top aggregate (nil when the front is empty), made
-// from the top pane and the aggregate below it if the front kept the
-// pane's own summary.
+// top is the front's top aggregate (nil when the front is empty). If the
+// front kept the top pane's own summary, the aggregates from the nearest
+// one kept below it up to the top are made again and kept.
 func (t *TwoStacks) top() (*summary.Summary, error) {
 	n := len(t.front)
 	if n == 0 {
 		return nil, nil
 	}
-	nd := &t.front[n-1]
-	if !nd.agg {
-		// n >= 2: the bottom node is always an aggregate.
-		agg, err := t.merge(nd.sm, t.front[n-2].sm)
-		if err != nil {
-			return nil, err
+	if !t.front[n-1].agg {
+		j := n - 2 // the bottom node is always an aggregate
+		for !t.front[j].agg {
+			j--
 		}
-		t.merges++
-		nd.sm, nd.agg = agg, true
+		for m := j + 1; m < n; m++ {
+			nd := &t.front[m]
+			agg, err := t.merge(nd.sm, t.front[m-1].sm)
+			if err != nil {
+				return nil, err
+			}
+			t.merges++
+			nd.sm, nd.agg = agg, true
+		}
 	}
-	return nd.sm, nil
+	return t.front[n-1].sm, nil
+}
+
+// blockOf is the front's block for n panes flipped: about sqrt(n), at
+// least 2.
+func blockOf(n int) int {
+	k := 2
+	for k*k < n {
+		k++
+	}
+	return k
 }
 
 // flip moves the back onto the empty front, newest first, so the front's
 // top is the oldest pane and holds the aggregate of all of them.
 func (t *TwoStacks) flip() error {
 	var agg *summary.Summary
+	k := blockOf(len(t.back))
 	for i := len(t.back) - 1; i >= 0; i-- {
 		p := t.back[i]
 		if agg == nil {
@@ -140,8 +159,8 @@ func (t *TwoStacks) flip() error {
 			}
 			t.merges++
 		}
-		if keep := len(t.front)%2 == 0 || i == 0; keep {
-			// Every other aggregate, and the top's (queried next).
+		if keep := len(t.front)%k == 0 || i == 0; keep {
+			// One aggregate a block, and the top's (queried next).
 			t.front = append(t.front, node{pane: pane{start: p.start, sm: agg}, agg: true})
 		} else {
 			t.front = append(t.front, node{pane: p})
