@@ -29,8 +29,8 @@
 // Memory per list is bounded by the panes it keeps (30 buckets for 5m, 60
 // minutes for 1h) and the aggregators' nodes (about 2 sqrt(n) aggregates
 // for a window of n panes: see TwoStacks), each a summary of at most N
-// entries: it does not grow with distinct items, and a
-// list without data for an hour is dropped. The minutes and the
+// entries: it does not grow with distinct items, and a list without data
+// for an hour is dropped. The minutes and the
 // aggregates may keep fewer entries than the buckets (Config.UpperN,
 // Config.AggN): an aggregate merges many panes, so a list of a few hundred
 // items per bucket holds aggregates as big as a full list's, and they, not
@@ -80,8 +80,9 @@ type Config struct {
 	UpperN int
 	// AggN, when > 0, is the entries each window's aggregates keep
 	// (TwoStacks.N): the front stack's aggregates (about 2 sqrt(n) of a
-	// window's n panes) are most of a window's state beyond its panes. A window over the upper
-	// levels keeps the smaller of AggN and UpperN. 0: as their panes'.
+	// window's n panes) are most of a window's state beyond its panes. A
+	// window over the upper levels keeps the smaller of AggN and UpperN.
+	// 0: as their panes'.
 	AggN int
 }
 

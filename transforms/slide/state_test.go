@@ -303,14 +303,14 @@ func TestTwoStacksQueryInto(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !summary.Equal(got, want) {
-			t.Fatalf("after pane %d: QueryInto %+v, Query %+v", start, got, want)
+			t.Fatalf("after pane %d: QueryInto %+v, MergeEvents %+v", start, got, want)
 		}
 	}
 }
 
 // TwoStacks over uncut summaries answers every window exactly, through
-// flips and evictions of every length, while its front keeps at most every
-// other aggregate (and the one at its top).
+// flips and evictions of every length, while its front keeps one aggregate
+// per block of about sqrt(n) panes (and the block at its top).
 func TestTwoStacksSparseFront(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 5))
 	x := exact{}
