@@ -27,15 +27,16 @@ type pane struct {
 //
 // The front keeps one aggregate in every block of k panes, k about the
 // square root of the panes flipped when there are more than smallFront
-// (the bottom's, the (k+1)-th's, ..., and the top's): the others hold their pane's own summary, which the State
-// keeps anyway. When such a pane reaches the top, the aggregates of its
-// block are made again, each the same merge of its pane and the aggregate
-// below it that the flip made, and kept until their panes leave. The
-// front's aggregates are most of a busy list's window memory (up to one
-// per pane, each as large as a window's cut: BENCHMARKS.md, "Smaller
-// minutes and aggregates"); this keeps about 2 sqrt(n) of n (16 of a 1h
-// window's 60) for up to one merge more per pane that leaves, and the
-// answers are the same summaries as before.
+// (the bottom's, the (k+1)-th's, ..., and the top's): the others hold
+// their pane's own summary, which the State keeps anyway. When such a
+// pane reaches the top, the aggregates of its block are made again, each
+// the same merge of its pane and the aggregate below it that the flip
+// made, and kept until their panes leave. The front's aggregates are most
+// of a busy list's window memory (up to one per pane, each as large as a
+// window's cut: BENCHMARKS.md, "Smaller minutes and aggregates"); this
+// keeps about 2 sqrt(n) of n (16 of a 1h window's 60) for up to one merge
+// more per pane that leaves, and the answers are the same summaries as
+// before (BENCHMARKS.md, "A sparse two-stacks front").
 //
 // Chosen over FlatFAT (O(log n) merges per slide, a tree over a circular
 // array) and DABA (worst-case O(1), twice the bookkeeping): the windows here
@@ -149,7 +150,7 @@ func blockOf(n int) int {
 // smallFront is the most panes a front keeps every aggregate of: a 1m
 // window's 6 buckets, or a longer window's first minute. There the
 // aggregates saved are few and the merges made again are of the largest
-// panes (a dense replay's buckets: +5% to +11% CPU with blocks of 2).
+// panes (a dense replay's buckets: +6% to +11% CPU with blocks of 2).
 const smallFront = 8
 
 // flip moves the back onto the empty front, newest first, so the front's
