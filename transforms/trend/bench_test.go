@@ -75,30 +75,42 @@ func BenchmarkStep(b *testing.B) {
 // BenchmarkStateRoundTrip: what the Beam wrapper pays per firing besides
 // scoring: decode the state, encode it again; with a full week of
 // history, and with 3 hours (a young list, or a replay's first hours:
-// most hourly slots empty).
+// most hourly slots empty). "whole" is the whole state (MarshalBinary:
+// a scorer's first score of an hour, and before the split), "minute" the
+// minute state of the other scores of the hour (MarshalSplit, split.go).
 func BenchmarkStateRoundTrip(b *testing.B) {
 	for _, hours := range []int{0, 3} {
 		name := "week"
 		if hours > 0 {
 			name = fmt.Sprintf("hours=%d", hours)
 		}
-		b.Run(name, func(b *testing.B) {
-			sc, _ := scorerWithHours(b, hours)
-			raw, _ := sc.MarshalBinary()
-			b.ReportAllocs()
-			b.SetBytes(int64(len(raw)))
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				d, err := Decode("video", "global", sc.cfg, raw)
-				if err != nil {
-					b.Fatal(err)
+		for _, part := range []string{"whole", "minute"} {
+			b.Run(name+"/"+part, func(b *testing.B) {
+				sc, _ := scorerWithHours(b, hours)
+				raw, _ := sc.MarshalBinary()
+				if part == "minute" {
+					raw, _, _ = sc.MarshalSplit()
 				}
-				if _, err := d.MarshalBinary(); err != nil {
-					b.Fatal(err)
+				b.ReportAllocs()
+				b.SetBytes(int64(len(raw)))
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					d, err := Decode("video", "global", sc.cfg, raw)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if part == "minute" {
+						_, _, err = d.MarshalSplit()
+					} else {
+						_, err = d.MarshalBinary()
+					}
+					if err != nil {
+						b.Fatal(err)
+					}
+					d.Release() // as trendbeam does after writing the state
 				}
-				d.Release() // as trendbeam does after writing the state
-			}
-			b.ReportMetric(float64(len(raw)), "state-B")
-		})
+				b.ReportMetric(float64(len(raw)), "state-B")
+			})
+		}
 	}
 }

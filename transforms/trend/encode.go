@@ -6,12 +6,11 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
-	"slices"
 	"sync"
 )
 
-// Binary state format, version 1 (what trendbeam keeps in Beam state; all
-// integers little-endian or varint):
+// Binary state format, version 1 (the whole state: trendbeam keeps it as
+// the rings value, split.go; all integers little-endian or varint):
 //
 //	"tr" 0x01                      magic and version
 //	uvarint hours                  hourly ring length the state was written with
@@ -41,8 +40,30 @@ var ErrBadState = errors.New("trend: bad state")
 
 // MarshalBinary encodes the scorer's state (format above).
 func (sc *Scorer) MarshalBinary() ([]byte, error) {
+	if sc.lazy {
+		return nil, fmt.Errorf("%w: MarshalBinary needs the whole state (MarshalSplit)", ErrRings)
+	}
 	b := make([]byte, 0, 64+len(sc.items)*(48+4*len(sc.cut.hourly)/2))
-	b = append(b, magic...)
+	b = sc.appendHeader(append(b, magic...))
+	its := sc.sortedItems()
+	b = binary.AppendUvarint(b, uint64(len(its)))
+	for _, it := range its {
+		n := it.name
+		b = binary.AppendUvarint(b, uint64(len(n)))
+		b = append(b, n...)
+		var f byte
+		if it.listed {
+			f |= 1
+		}
+		b = appendItem(append(b, f), it)
+		b = appendRing(b, it.hourly)
+	}
+	return b, nil
+}
+
+// appendHeader appends what both formats have after the magic: the ring
+// length, last, first, flags, total and the cut's rings.
+func (sc *Scorer) appendHeader(b []byte) []byte {
 	b = binary.AppendUvarint(b, uint64(len(sc.cut.hourly)))
 	b = binary.AppendVarint(b, sc.last)
 	b = binary.AppendVarint(b, sc.first)
@@ -53,30 +74,64 @@ func (sc *Scorer) MarshalBinary() ([]byte, error) {
 	b = append(b, flags)
 	b = binary.AppendUvarint(b, sc.total)
 	b = appendRing(b, sc.cut.recent[:])
-	b = appendRing(b, sc.cut.hourly)
-	names := make([]string, 0, len(sc.items))
-	for n := range sc.items {
-		names = append(names, n)
+	return appendRing(b, sc.cut.hourly)
+}
+
+// readHeader reads appendHeader's fields into sc and returns the ring
+// length the state was written with (the cut's hourly ring is kept only
+// when it is sc's).
+func (sc *Scorer) readHeader(r *reader) int {
+	hours := r.uvarint("hours")
+	if r.err == nil && (hours < 1 || hours > 24*31) {
+		r.fail("hours")
 	}
-	slices.Sort(names)
-	b = binary.AppendUvarint(b, uint64(len(names)))
-	for _, n := range names {
-		it := sc.items[n]
-		b = binary.AppendUvarint(b, uint64(len(n)))
-		b = append(b, n...)
-		var f byte
-		if it.listed {
-			f |= 1
+	sc.last = r.varint("last")
+	sc.first = r.varint("first")
+	flags := r.bytes(1, "flags")
+	if r.err == nil {
+		if flags[0]&^1 != 0 {
+			r.fail("flags")
 		}
-		b = append(b, f)
-		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(it.peak))
-		b = binary.AppendVarint(b, it.peakAt)
-		b = binary.AppendVarint(b, it.seen)
-		b = binary.AppendUvarint(b, it.count)
-		b = appendRing(b, it.recent[:])
-		b = appendRing(b, it.hourly)
+		sc.coverageSet = flags[0]&1 != 0
 	}
-	return b, nil
+	sc.total = r.uvarint("total")
+	r.ring(recentSlots, sc.cut.recent[:], "cut recent", -1)
+	r.ring(int(hours), sc.cut.hourly, "cut hourly", -1)
+	return int(hours)
+}
+
+// appendItem appends an item's fields that both formats have after its
+// flags: peak, peak time, seen, count and the recent ring.
+func appendItem(b []byte, it *item) []byte {
+	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(it.peak))
+	b = binary.AppendVarint(b, it.peakAt)
+	b = binary.AppendVarint(b, it.seen)
+	b = binary.AppendUvarint(b, it.count)
+	return appendRing(b, it.recent[:])
+}
+
+// readItem reads appendItem's fields into it.
+func (r *reader) readItem(it *item) {
+	pb := r.bytes(8, "peak")
+	if r.err == nil {
+		it.peak = math.Float64frombits(binary.LittleEndian.Uint64(pb))
+		if !(it.peak >= 0) || math.IsInf(it.peak, 0) {
+			r.fail("peak")
+		}
+	}
+	it.peakAt = r.varint("peak time")
+	it.seen = r.varint("seen")
+	it.count = r.uvarint("count")
+	r.ring(recentSlots, it.recent[:], "recent", -1)
+}
+
+// name reads an item's name, checking that names come sorted and unique.
+func (r *reader) name(i uint64, prev string) string {
+	name := string(r.bytes(int(min(r.uvarint("name length"), math.MaxInt32)), "name"))
+	if r.err == nil && (name == "" || (i > 0 && name <= prev)) {
+		r.fail("names not sorted and unique")
+	}
+	return name
 }
 
 func appendRing(b []byte, r []float32) []byte {
@@ -186,36 +241,26 @@ func (r *reader) ring(n int, dst []float32, what string, skip int) (top float32)
 }
 
 // Decode rebuilds a scorer of list (typ, scope) from MarshalBinary's
-// output, under cfg (which is not stored). Arbitrary bytes give an error,
-// never a panic.
+// output, or from MarshalSplit's minute state (then without its rings
+// until LoadRings: split.go), under cfg (which is not stored). Arbitrary
+// bytes give an error, never a panic.
 func Decode(typ, scope string, cfg Config, data []byte) (*Scorer, error) {
 	sc := New(typ, scope, cfg)
 	r := &reader{b: data}
-	if m := r.bytes(len(magic), "magic"); r.err != nil || string(m) != string(magic) {
+	m := r.bytes(len(magic), "magic")
+	if r.err == nil && string(m) == string(magic2) {
+		return decodeMinute(sc, r)
+	}
+	if r.err != nil || string(m) != string(magic) {
 		return nil, fmt.Errorf("%w: magic or version", ErrBadState)
 	}
-	hours := r.uvarint("hours")
-	if r.err == nil && (hours < 1 || hours > 24*31) {
-		r.fail("hours")
-	}
-	sc.last = r.varint("last")
-	sc.first = r.varint("first")
-	flags := r.bytes(1, "flags")
-	if r.err == nil {
-		if flags[0]&^1 != 0 {
-			r.fail("flags")
-		}
-		sc.coverageSet = flags[0]&1 != 0
-	}
-	sc.total = r.uvarint("total")
-	r.ring(recentSlots, sc.cut.recent[:], "cut recent", -1)
-	r.ring(int(hours), sc.cut.hourly, "cut hourly", -1)
+	hours := sc.readHeader(r)
 	// Each item's past (Scorer.baseline: its largest hourly share before
 	// the current hour) is taken while its ring is read, not in a second
 	// pass over 169 slots per item per score.
 	curHour := -1
-	if !cfg.Seasonal && int(hours) == cfg.Hours {
-		curHour = mod(hourOf(sc.last), int(hours))
+	if !cfg.Seasonal && hours == cfg.Hours {
+		curHour = mod(hourOf(sc.last), hours)
 	}
 	n := r.uvarint("items")
 	if r.err == nil && n > uint64(len(r.b)) {
@@ -231,10 +276,7 @@ func Decode(typ, scope string, cfg Config, data []byte) (*Scorer, error) {
 	slab := (*sc.slab)[:size]
 	var prev string
 	for i := uint64(0); i < n && r.err == nil; i++ {
-		name := string(r.bytes(int(min(r.uvarint("name length"), math.MaxInt32)), "name"))
-		if r.err == nil && (name == "" || (i > 0 && name <= prev)) {
-			r.fail("names not sorted and unique")
-		}
+		name := r.name(i, prev)
 		prev = name
 		var hourly []float32
 		if len(slab) >= cfg.Hours {
@@ -242,7 +284,7 @@ func Decode(typ, scope string, cfg Config, data []byte) (*Scorer, error) {
 		} else {
 			hourly = make([]float32, cfg.Hours) // past the cap: read and dropped
 		}
-		it := &item{name: name, hourly: hourly}
+		it := &item{name: name, hourly: hourly, inOrder: true}
 		f := r.bytes(1, "item flags")
 		if r.err == nil {
 			if f[0]&^1 != 0 {
@@ -250,18 +292,8 @@ func Decode(typ, scope string, cfg Config, data []byte) (*Scorer, error) {
 			}
 			it.listed = f[0]&1 != 0
 		}
-		pb := r.bytes(8, "peak")
-		if r.err == nil {
-			it.peak = math.Float64frombits(binary.LittleEndian.Uint64(pb))
-			if !(it.peak >= 0) || math.IsInf(it.peak, 0) {
-				r.fail("peak")
-			}
-		}
-		it.peakAt = r.varint("peak time")
-		it.seen = r.varint("seen")
-		it.count = r.uvarint("count")
-		r.ring(recentSlots, it.recent[:], "recent", -1)
-		if past := r.ring(int(hours), it.hourly, "hourly", curHour); curHour >= 0 {
+		r.readItem(it)
+		if past := r.ring(hours, it.hourly, "hourly", curHour); curHour >= 0 {
 			it.past, it.pastHour, it.pastOK = past, hourOf(sc.last), true
 		}
 		if r.err == nil {
@@ -269,6 +301,7 @@ func Decode(typ, scope string, cfg Config, data []byte) (*Scorer, error) {
 				continue // a smaller cap than the state was written with
 			}
 			sc.items[name] = it
+			sc.order = append(sc.order, it)
 		}
 	}
 	if r.err == nil && len(r.b) != 0 {
@@ -303,5 +336,5 @@ func (sc *Scorer) Release() {
 		return
 	}
 	slabs.Put(sc.slab)
-	sc.slab, sc.items = nil, nil
+	sc.slab, sc.items, sc.order = nil, nil, nil
 }

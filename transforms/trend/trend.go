@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/topk-dev/topk/internal/topn"
 	"github.com/topk-dev/topk/schemas"
 )
 
@@ -177,6 +178,15 @@ type item struct {
 	past     float32
 	pastHour int64
 	pastOK   bool
+	// On a scorer without its rings (decoded from a minute state, split.go)
+	// hourly is nil unless the item has its own ring (seeded this hour);
+	// then cur is its share in the current hour and fromCut says that
+	// its past hours are the cut's (it started tracking this hour), not
+	// the rings value's. past is then always of the current hour.
+	cur     float32
+	fromCut bool
+	// inOrder: in its decoded scorer's order (sortedItems).
+	inOrder bool
 	// scratch of the current tick
 	live, score, base float64
 }
@@ -194,6 +204,13 @@ type Scorer struct {
 	// slab is the pooled memory Decode gave the items' hourly rings, which
 	// Release hands back (nil for a scorer not decoded).
 	slab *[]float32
+	// lazy: decoded from a minute state, without the items' rings, of
+	// the rings value written at hour ringsHour (split.go).
+	lazy      bool
+	ringsHour int64
+	// order is a decoded scorer's items as decoded, by name (some may
+	// have left since): see sortedItems.
+	order []*item
 }
 
 // New returns an empty scorer of list (typ, scope). It panics on an invalid
@@ -237,6 +254,9 @@ func (sc *Scorer) advance(it *item, prev, now int64) {
 		}
 	}
 	ph, nh := hourOf(prev), hourOf(now)
+	if it.hourly == nil {
+		return // no rings: the hour does not move (ErrRings)
+	}
 	if nh-ph >= int64(len(it.hourly)) {
 		clear(it.hourly)
 	} else {
@@ -251,6 +271,10 @@ func record(it *item, ms int64, p float64) {
 	f := float32(p)
 	r := &it.recent[mod(slotOf(ms), recentSlots)]
 	*r = max(*r, f)
+	if it.hourly == nil {
+		it.cur = max(it.cur, f)
+		return
+	}
 	h := &it.hourly[mod(hourOf(ms), len(it.hourly))]
 	*h = max(*h, f)
 }
@@ -272,6 +296,9 @@ func (sc *Scorer) baseline(it *item) float64 {
 // seasonal, the hours Config.Seasonal names), from its cache when that is
 // of the current hour.
 func (sc *Scorer) pastOf(it *item) float32 {
+	if it.hourly == nil {
+		return it.past // no rings: of the current hour (decodeMinute)
+	}
 	if cur := hourOf(sc.last); !it.pastOK || it.pastHour != cur {
 		it.past = 0
 		if sc.cfg.Seasonal {
@@ -305,6 +332,9 @@ func (sc *Scorer) Observe(in Input) ([]string, error) {
 	now := in.AsOf.UnixMilli()
 	if sc.last != 0 && now <= sc.last {
 		return nil, fmt.Errorf("%w: as_of %s, last %s", ErrStale, in.AsOf.UTC().Format(time.RFC3339), time.UnixMilli(sc.last).UTC().Format(time.RFC3339))
+	}
+	if sc.NeedsRings(now) {
+		return nil, fmt.Errorf("%w: as_of %s starts another hour", ErrRings, in.AsOf.UTC().Format(time.RFC3339))
 	}
 	prev := sc.last
 	sc.advance(&sc.cut, prev, now)
@@ -365,7 +395,13 @@ func (sc *Scorer) Observe(in Input) ([]string, error) {
 			if len(sc.items) >= sc.cfg.MaxItems {
 				continue // every tracked item is in this input and ranks higher
 			}
-			it = &item{name: c.Item, hourly: slices.Clone(sc.cut.hourly), recent: sc.cut.recent}
+			if sc.lazy {
+				// Its past hours are the cut's, which do not change
+				// within the hour: kept as a flag, not a copy.
+				it = &item{name: c.Item, recent: sc.cut.recent, fromCut: true, cur: sc.cut.hourly[mod(hourOf(now), len(sc.cut.hourly))]}
+			} else {
+				it = &item{name: c.Item, hourly: slices.Clone(sc.cut.hourly), recent: sc.cut.recent}
+			}
 			// Its past is the cut's (the same ring): taken once per input,
 			// not from 169 slots per new item (a list takes in hundreds a
 			// minute).
@@ -393,14 +429,19 @@ func (sc *Scorer) evict(present map[string]bool, n int) {
 		it    *item
 		score float64
 	}
-	var cs []cand
+	cs := make([]cand, 0, len(sc.items))
 	for _, it := range sc.items {
 		if !present[it.name] {
 			cs = append(cs, cand{it, sc.decayed(it)})
 		}
 	}
-	slices.SortFunc(cs, func(a, b cand) int {
-		if less(a.it, a.score, b.it, b.score) {
+	// The n least relevant, selected rather than sorted: a list takes in
+	// hundreds of new items a minute among 2,000 tracked.
+	topn.Select(cs, n, func(a, b cand) int {
+		switch {
+		case a.it == b.it:
+			return 0
+		case less(a.it, a.score, b.it, b.score):
 			return -1
 		}
 		return 1
@@ -434,11 +475,23 @@ func (sc *Scorer) decayed(it *item) float64 {
 
 // Seed merges exact hourly shares into item's history: each hour in the
 // past week before the current hour raises that hour's slot to the share.
-// Unknown items and hours outside the ring are ignored.
+// Unknown items and hours outside the ring are ignored, and so, on a
+// scorer without its rings, are items tracked since before this hour
+// (Step seeds only the items that start tracking).
 func (sc *Scorer) Seed(item string, hourly map[time.Time]float64) {
 	it := sc.items[item]
 	if it == nil || sc.last == 0 {
 		return
+	}
+	if it.hourly == nil {
+		if !it.fromCut {
+			return
+		}
+		// Its own ring from now on: the cut's past hours and its current
+		// hour's share.
+		it.hourly = slices.Clone(sc.cut.hourly)
+		it.hourly[mod(hourOf(sc.last), len(it.hourly))] = it.cur
+		it.fromCut, it.cur = false, 0
 	}
 	cur := hourOf(sc.last)
 	for t, p := range hourly {

@@ -11,11 +11,14 @@
 // waits in map state under its as_of and an event-time timer per as_of (tag
 // = as_of) fires when the watermark passes it, scoring every waiting list up
 // to that time, oldest first. A list older than the last one scored (late)
-// is dropped and counted (topk/trend_late). The scorer's state is one value
-// per list (trend.Scorer's binary format): read and written once per timer
-// firing, about 1.6 MB at the default cap of 2,000 tracked items
-// (BENCHMARKS.md), so the default cadence is one list a minute
-// (Config.Every), not every 10 s.
+// is dropped and counted (topk/trend_late). The scorer's state is two
+// values per list (trend.Scorer.MarshalSplit): the minute state, read and
+// written at every timer firing (about 85 kB at the default cap of 2,000
+// tracked items with a week of history), and the items' hourly rings,
+// about 1.4 MB, read only by the first firing of an hour and written by
+// it: within an hour only the current hour's share of an item changes,
+// and it is in the minute state (BENCHMARKS.md, "Trending's state in two
+// parts"). The default cadence is one list a minute (Config.Every).
 //
 // With Config.Store set, items that start being tracked are seeded from the
 // exact tables (trend.StoreHistory): one point read per new item.
@@ -218,6 +221,7 @@ func Trending(s beam.Scope, lists5m, tallies beam.PCollection, cfg Config) beam.
 		PaneMs:       cfg.pane().Milliseconds(),
 		Rules:        cfg.Rules,
 		Scorer:       state.MakeValueState[[]byte]("scorer"),
+		Rings:        state.MakeValueState[[]byte]("rings"),
 		Pending:      state.MakeMapState[int64, []byte]("pending"),
 		Tallies:      state.MakeMapState[int64, []byte]("tallies"),
 		Pieces:       state.MakeBagState[[]byte]("pieces"),
@@ -273,8 +277,12 @@ type scoreFn struct {
 	BucketMs     int64
 	PaneMs       int64
 	Rules        string
-	Scorer       state.Value[[]byte]
-	Pending      state.Map[int64, []byte]
+	// Scorer is the scorer's minute state and Rings its whole state as
+	// of the first score of the hour (trend.Scorer.MarshalSplit): a
+	// score reads Rings only when it starts a new hour.
+	Scorer  state.Value[[]byte]
+	Rings   state.Value[[]byte]
+	Pending state.Map[int64, []byte]
 	// Tallies holds, with users counts, one united users.Tally per pane
 	// (Config.pane; key: its start, Unix ms) of the next lists' 5 minutes,
 	// trimmed to Trend.MaxItems items.
@@ -384,6 +392,18 @@ func (fn *scoreFn) OnTimer(ctx context.Context, sp state.Provider, tp timers.Pro
 	if sc == nil {
 		sc = trend.New(typ, scope, fn.Trend)
 	}
+	if sc.NeedsRings(keys[len(keys)-1]) {
+		// The first score of an hour: the items' past hours (see
+		// trend.MarshalSplit). keys are in order, so the last one says
+		// whether any input starts a new hour.
+		rings, _, err := fn.Rings.Read(sp)
+		if err != nil {
+			return err
+		}
+		if err := sc.LoadRings(rings); err != nil {
+			log.Errorf(ctx, "trend %s: %v", key, err)
+		}
+	}
 	var fresh map[int64]*users.Tally
 	if byUsers {
 		if fresh, err = fn.unitePieces(ctx, sp, key); err != nil {
@@ -443,12 +463,17 @@ func (fn *scoreFn) OnTimer(ctx context.Context, sp state.Provider, tp timers.Pro
 			return err
 		}
 	}
-	enc, err := sc.MarshalBinary()
+	minute, rings, err := sc.MarshalSplit()
 	sc.Release() // its rings' memory goes to the next list's Decode
 	if err != nil {
 		return err
 	}
-	return fn.Scorer.Write(sp, enc)
+	if rings != nil {
+		if err := fn.Rings.Write(sp, rings); err != nil {
+			return err
+		}
+	}
+	return fn.Scorer.Write(sp, minute)
 }
 
 var window5m = schemas.Window5m.Length().Milliseconds()
