@@ -15,6 +15,7 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/passert"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/ptest"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/teststream"
 
 	"github.com/topk-dev/topk/internal/prismopt/prismtest"
 	"github.com/topk-dev/topk/internal/redisx"
@@ -29,6 +30,7 @@ func TestMain(m *testing.M) { prismtest.Main(m) }
 
 func init() {
 	register.Function2x0[string, func(beam.EventTime, string, []byte)](unpackFn)
+	register.Function2x0[[]byte, func(beam.EventTime, string, []byte)](unpackBytesFn)
 	register.Function2x2[string, []byte, string, error](formatFn)
 }
 
@@ -47,18 +49,22 @@ var t0 = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
 
 // lists5m builds the 5-minute lists of two scopes every 10 s for 40
 // minutes: a steady set of items, and in IN an item that jumps at minute 25.
-func lists5m() map[string][]*schemas.List {
+func lists5m() map[string][]*schemas.List { return listsFrom(t0, 240, 10*time.Second) }
+
+// listsFrom builds n lists of two scopes every step from start + step:
+// lists5m's items, the jump at start + 25 minutes.
+func listsFrom(start time.Time, n int, step time.Duration) map[string][]*schemas.List {
 	out := map[string][]*schemas.List{}
-	for i := 1; i <= 240; i++ {
-		at := t0.Add(time.Duration(i) * 10 * time.Second)
+	for i := 1; i <= n; i++ {
+		at := start.Add(time.Duration(i) * step)
 		for _, scope := range []string{"global", "IN"} {
 			l := &schemas.List{Type: "hashtag", Scope: scope, Window: schemas.Window5m, AsOf: at, Version: at.Unix(), Complete: true, Rules: "rules-test-1"}
 			counts := map[string]uint64{}
 			for j := 0; j < 30; j++ {
 				counts[fmt.Sprintf("s%02d", j)] = uint64(3000/(j+1) + (i*7+j*13)%11)
 			}
-			if scope == "IN" && at.After(t0.Add(25*time.Minute)) {
-				counts["jump"] = uint64(math.Min(float64(at.Sub(t0.Add(25*time.Minute))/time.Second)*4, 1200))
+			if scope == "IN" && at.After(start.Add(25*time.Minute)) {
+				counts["jump"] = uint64(math.Min(float64(at.Sub(start.Add(25*time.Minute))/time.Second)*4, 1200))
 			}
 			names := make([]string, 0, len(counts))
 			for it := range counts {
@@ -168,6 +174,91 @@ func TestTrendingOnPrism(t *testing.T) {
 		}
 	}
 }
+
+// TestTrendingAcrossHoursOnPrism: fed a list a minute per scope through a
+// TestStream whose watermark passes each minute before the next (so each
+// minute is a timer firing of its own, the scorer's state read and
+// written each time), from 10:40 over 11:00 and 12:00, the stateful
+// wrapper emits exactly the lists of a scorer kept in memory: the minute
+// state within an hour and the rings read at each hour's first score
+// (trend.Scorer.MarshalSplit) lose nothing. An item that returns at 12:00
+// after an hour away does not trend only because its 10:00 hour is read
+// back from the rings.
+func TestTrendingAcrossHoursOnPrism(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Trend.WarmUp = 10 * time.Minute
+	start := t0.Add(40 * time.Minute)
+	const minutes = 90
+	all := listsFrom(start, minutes, time.Minute)
+	// An item big before 11:00, gone until 12:00 and back: back, it is at
+	// its usual share only if its 10:00 hour is still in its history (the
+	// rings value); with the cut's history instead it would trend.
+	for _, l := range all["IN"] {
+		if l.AsOf.Hour() != 11 {
+			l.Items = append(l.Items, schemas.Entry{Item: "back", Count: 1500, Lower: 1500})
+			l.Total += 1500
+			slices.SortStableFunc(l.Items, func(a, b schemas.Entry) int { return int(b.Count) - int(a.Count) })
+			for r := range l.Items {
+				l.Items[r].Rank = r + 1
+			}
+			l.CertifiedK = len(l.Items)
+		}
+	}
+	ts := teststream.NewConfig()
+	var want []string
+	scorers := map[string]*trend.Scorer{}
+	jumped := false
+	for i := 0; i < minutes; i++ {
+		var at time.Time
+		for _, scope := range []string{"global", "IN"} {
+			l := all[scope][i]
+			at = l.AsOf
+			blob, err := schemas.MarshalList(l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := ts.AddElements(at.UnixMilli()-1, []byte(fmt.Sprintf("%d\x00%s\x00%s", at.UnixMilli(), l.Key(), blob))); err != nil {
+				t.Fatal(err)
+			}
+			sc := scorers[scope]
+			if sc == nil {
+				sc = trend.New("hashtag", scope, cfg.Trend)
+				scorers[scope] = sc
+			}
+			out, err := sc.Step(context.Background(), trend.InputFromList(l), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out.Rules = "rules-test-1"
+			js, _ := schemas.MarshalTrending(out)
+			want = append(want, out.Key().String()+" "+string(js))
+			jumped = jumped || (scope == "IN" && len(out.Items) > 0 && out.Items[0].Item == "jump")
+		}
+		if err := ts.AdvanceWatermark(at.Add(time.Second).UnixMilli()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !jumped {
+		t.Fatal("the reference run never lists the jump first")
+	}
+	for _, w := range want {
+		if strings.Contains(w, `"back"`) {
+			t.Fatalf("the reference run lists the returning item: %s", w)
+		}
+	}
+	if err := ts.AdvanceWatermarkToInfinity(); err != nil {
+		t.Fatal(err)
+	}
+	p, s := beam.NewPipelineWithRoot()
+	in := beam.ParDo(s, unpackBytesFn, teststream.Create(s, ts))
+	got := Trending(s, in, beam.PCollection{}, cfg)
+	passert.Equals(s, beam.ParDo(s, formatFn, got), beam.CreateList(s, want))
+	if err := ptest.Run(p); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func unpackBytesFn(b []byte, emit func(beam.EventTime, string, []byte)) { unpackFn(string(b), emit) }
 
 // TestPane: the scorer's users panes divide both the cadence and 5
 // minutes and hold whole buckets.
