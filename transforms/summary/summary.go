@@ -258,7 +258,7 @@ func (sm *Summary) mergeEvents(b *Summary, buf *[]Entry) error {
 
 // appendMerged appends the entries of a and b (disjoint event sets), merged
 // in key order, to dst: an item on one side only gets the other side's
-// bound added to its hi. Sketches are not consulted (callers tighten).
+// Bound added to its hi (its Theta, or its sketch's estimate if smaller).
 func appendMerged(dst []Entry, a, b *Summary) []Entry {
 	ae, be := a.Entries, b.Entries
 	dst = slices.Grow(dst, len(ae)+len(be))
