@@ -310,8 +310,8 @@ func appendMerged(dst []Entry, a, b *Summary) []Entry {
 	return dst
 }
 
-// appendMergedSketch is appendMerged where a side has a sketch: an
-// untracked item's bound is that side's Bound of its hash.
+// appendMergedSketch is appendMerged where a side has a sketch: an item
+// on one side only gets the other side's Bound of its hash.
 func appendMergedSketch(dst []Entry, a, b *Summary) []Entry {
 	i, j := 0, 0
 	for i < len(a.Entries) || j < len(b.Entries) {
