@@ -259,16 +259,11 @@ func (sm *Summary) mergeEvents(b *Summary, buf *[]Entry) error {
 // appendMerged appends the entries of a and b (disjoint event sets), merged
 // in key order, to dst: an item on one side only gets the other side's
 // Bound added to its hi (its Theta, or its sketch's estimate if smaller).
+// The key comparison is inline and Bound is called only for a side with a
+// sketch: a call to cmpKey per pair was a third of the merge.
 func appendMerged(dst []Entry, a, b *Summary) []Entry {
 	ae, be := a.Entries, b.Entries
 	dst = slices.Grow(dst, len(ae)+len(be))
-	if a.Sketch != nil || b.Sketch != nil {
-		return appendMergedSketch(dst, a, b)
-	}
-	// Without sketches an untracked item's bound is the other side's
-	// Theta: a loop with the key comparison inline (cmpKey per pair was a
-	// third of the merge).
-	ta, tb := a.Theta, b.Theta
 	for len(ae) > 0 && len(be) > 0 {
 		x, y := &ae[0], &be[0]
 		c := 0
@@ -283,12 +278,12 @@ func appendMerged(dst []Entry, a, b *Summary) []Entry {
 		switch {
 		case c < 0:
 			e := *x
-			e.Hi += tb
+			e.Hi += b.boundOf(e.Hash)
 			dst = append(dst, e)
 			ae = ae[1:]
 		case c > 0:
 			e := *y
-			e.Hi += ta
+			e.Hi += a.boundOf(e.Hash)
 			dst = append(dst, e)
 			be = be[1:]
 		default:
@@ -300,51 +295,23 @@ func appendMerged(dst []Entry, a, b *Summary) []Entry {
 		}
 	}
 	for _, e := range ae {
-		e.Hi += tb
+		e.Hi += b.boundOf(e.Hash)
 		dst = append(dst, e)
 	}
 	for _, e := range be {
-		e.Hi += ta
+		e.Hi += a.boundOf(e.Hash)
 		dst = append(dst, e)
 	}
 	return dst
 }
 
-// appendMergedSketch is appendMerged where a side has a sketch: an item
-// on one side only gets the other side's Bound of its hash.
-func appendMergedSketch(dst []Entry, a, b *Summary) []Entry {
-	i, j := 0, 0
-	for i < len(a.Entries) || j < len(b.Entries) {
-		var c int
-		switch {
-		case i == len(a.Entries):
-			c = 1
-		case j == len(b.Entries):
-			c = -1
-		default:
-			c = cmpKey(a.Entries[i], b.Entries[j])
-		}
-		switch {
-		case c < 0:
-			e := a.Entries[i]
-			e.Hi += b.Bound(e.Hash)
-			dst = append(dst, e)
-			i++
-		case c > 0:
-			e := b.Entries[j]
-			e.Hi += a.Bound(e.Hash)
-			dst = append(dst, e)
-			j++
-		default:
-			e := a.Entries[i]
-			e.Lo += b.Entries[j].Lo
-			e.Hi += b.Entries[j].Hi
-			dst = append(dst, e)
-			i++
-			j++
-		}
+// boundOf is Bound, inlined where there is no sketch (Bound itself is
+// over the inliner's budget).
+func (sm *Summary) boundOf(h uint64) uint64 {
+	if sm.Sketch == nil {
+		return sm.Theta
 	}
-	return dst
+	return sm.Bound(h)
 }
 
 // MergeEventsInto is MergeEventsN(a, b, n) written into dst, whose entries'
