@@ -18,7 +18,10 @@ import (
 // (BENCHMARKS.md: the job's heap is about lists x partitions x this).
 // With the minutes cut to UpperN = N/2 and N/4 the state is smaller than
 // with whole minutes, by at least a fifth and a third, and with the
-// aggregates cut to N/4 as well, by at least a half.
+// aggregates cut to N/4 as well, by at least 40%. (Each pane and
+// aggregate that dropped items also keeps its summary.Drops, up to 64 KiB
+// whatever its N: here every minute and aggregate does. Without Drops the
+// last saving was above a half: 10.9 against 24.3 MB.)
 func TestStateMemoryFull(t *testing.T) {
 	if testing.Short() {
 		t.Skip("drives three hours of full buckets")
@@ -28,7 +31,7 @@ func TestStateMemoryFull(t *testing.T) {
 	for _, c := range []struct {
 		upperN, aggN int
 		saves        float64 // the least share of the whole minutes' heap saved
-	}{{0, 0, 0}, {n / 2, 0, 0.2}, {n / 4, 0, 1.0 / 3}, {n / 4, n / 4, 0.5}} {
+	}{{0, 0, 0}, {n / 2, 0, 0.2}, {n / 4, 0, 1.0 / 3}, {n / 4, n / 4, 0.4}} {
 		peak := stateMemoryFull(t, n, c.upperN, c.aggN)
 		t.Logf("one (list, partition), every bucket full (N = %d, minutes' N %d, aggregates' N %d): largest live heap %.1f MB in the second hour, %.1f MB in the third", n, c.upperN, c.aggN, float64(peak[1])/1e6, float64(peak[2])/1e6)
 		if peak[2] > peak[1]+peak[1]/10 {

@@ -214,9 +214,13 @@ func (c *Counter) Summary(cfg Config) *Summary {
 			return cmp.Compare(sa.hash, sb.hash)
 		}
 		topn.Select(idx, cfg.N, byCount)
+		sm.Dropped = NewDrops()
+		sm.Dropped.reserve(len(idx) - cfg.N)
 		for _, i := range idx[cfg.N:] {
 			sm.Theta = max(sm.Theta, c.slots[i].count)
+			sm.Dropped.Record(c.slots[i].hash, c.slots[i].count)
 		}
+		sm.Dropped.settle()
 		idx = idx[:cfg.N]
 	}
 	// Key order (hash, then item) without sorting 40-byte entries through

@@ -21,7 +21,10 @@ var his = sync.Pool{New: func() any { return new([]uint64) }}
 // their items), every entry above h is kept, and only the entries tied at h are
 // ranked (lo descending, then hash) to fill the rest. So the cut keeps
 // key order and needs no sort afterwards.
-func cutTop(dst, es []Entry, n int, floor uint64) ([]Entry, uint64) {
+//
+// With fp not nil, every entry dropped is recorded in *fp, created on the
+// first drop if *fp is nil (see Summary.Dropped).
+func cutTop(dst, es []Entry, n int, floor uint64, fp **Drops) ([]Entry, uint64) {
 	var dropped uint64
 	eligible := len(es)
 	if floor > 0 {
@@ -38,9 +41,11 @@ func cutTop(dst, es []Entry, n int, floor uint64) ([]Entry, uint64) {
 		if eligible == len(es) {
 			return append(dst, es...), dropped // copy (or memmove in place)
 		}
+		reserve(fp, len(es)-eligible)
 		// Copy runs of kept entries, not one entry at a time.
 		for i := 0; i < len(es); {
 			if es[i].Hi < floor {
+				record(fp, &es[i])
 				i++
 				continue
 			}
@@ -51,6 +56,7 @@ func cutTop(dst, es []Entry, n int, floor uint64) ([]Entry, uint64) {
 			dst = append(dst, es[i:j]...)
 			i = j
 		}
+		settle(fp)
 		return dst, dropped
 	}
 	// h: the n-th largest hi among the eligible entries.
@@ -78,6 +84,7 @@ func cutTop(dst, es []Entry, n int, floor uint64) ([]Entry, uint64) {
 		}
 	}
 	need := n - above
+	reserve(fp, len(es)-n)
 	var keepTie []int // indices of the ties kept, ascending; nil: all ties kept
 	if ties > need {
 		dropped = max(dropped, h)
@@ -99,16 +106,44 @@ func cutTop(dst, es []Entry, n int, floor uint64) ([]Entry, uint64) {
 		switch {
 		case e.Hi > h:
 		case e.Hi < h:
+			record(fp, &e)
 			continue
 		case keepTie == nil:
 		case t < len(keepTie) && keepTie[t] == i:
 			t++
 		default:
+			record(fp, &e)
 			continue
 		}
 		dst = append(dst, e)
 	}
+	settle(fp)
 	return dst, dropped
+}
+
+// reserve makes room in *fp (creating it) for m drops, when fp is not nil.
+func reserve(fp **Drops, m int) {
+	if fp == nil || m <= 0 {
+		return
+	}
+	if *fp == nil {
+		*fp = NewDrops()
+	}
+	(*fp).reserve(m)
+}
+
+// settle orders *fp's cells after records, when fp is not nil.
+func settle(fp **Drops) {
+	if fp != nil && *fp != nil {
+		(*fp).settle()
+	}
+}
+
+// record notes e as dropped in *fp, when fp is not nil (after reserve).
+func record(fp **Drops, e *Entry) {
+	if fp != nil {
+		(*fp).Record(e.Hash, e.Hi)
+	}
 }
 
 // nthLargest returns the n-th largest of xs (1 <= n <= len(xs)), reordering

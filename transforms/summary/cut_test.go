@@ -53,12 +53,12 @@ func TestCutTopEqualsSelectSort(t *testing.T) {
 			floor = rng.Uint64N(maxHi + 2)
 		}
 		want, wantDrop := refTop(slices.Clone(es), n, floor)
-		got, gotDrop := cutTop(nil, es, n, floor)
+		got, gotDrop := cutTop(nil, es, n, floor, nil)
 		if !slices.Equal(got, want) || gotDrop != wantDrop {
 			t.Fatalf("trial %d (size %d n %d floor %d): got %d entries dropped %d, want %d dropped %d", trial, size, n, floor, len(got), gotDrop, len(want), wantDrop)
 		}
 		cp := slices.Clone(es)
-		inPlace, inDrop := cutTop(cp[:0], cp, n, floor)
+		inPlace, inDrop := cutTop(cp[:0], cp, n, floor, nil)
 		if !slices.Equal(inPlace, want) || inDrop != wantDrop {
 			t.Fatalf("trial %d: in place differs", trial)
 		}
@@ -79,7 +79,7 @@ func BenchmarkCut(b *testing.B) {
 	b.Run("cutTop", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			cutTop(make([]Entry, 0, 1100), sm.Entries, 1100, 3)
+			cutTop(make([]Entry, 0, 1100), sm.Entries, 1100, 3, nil)
 		}
 	})
 	b.Run("select-sort", func(b *testing.B) {

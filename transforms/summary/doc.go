@@ -22,11 +22,23 @@
 // summaries (Agarwal et al., "Mergeable summaries", PODS 2012) restated with
 // explicit two-sided bounds.
 //
+// A summary that left items out also keeps Drops, a sketch of what it
+// dropped (see Drops): four rows of four-bit cells where a cut records each
+// dropped item as the maximum of its cells and its hi, and merges add the
+// cells. An untracked item's bound is then the least of Theta, its Drops
+// cells and its count-min estimate. Theta bounds every untracked item
+// alike and merges add it, so in a spam wave every bucket's overflow of
+// junk keys raised every item's hi by the other buckets' Thetas; Drops
+// gives an item a bucket never saw 0 instead. A side without Drops and
+// with Theta > 0 (encoded before Drops existed, or a union of partitions)
+// bounds by Theta alone, and so does every merge it takes part in.
+//
 // Guarantee, for every merge order: no tracked entry's hi under-counts and no
 // lo over-counts its item's true count, and every untracked item's count is at
-// most Theta (and at most its sketch estimate). The bounds are deterministic:
-// there is no failure probability. Memory is N entries plus the fixed sketch,
-// whatever the number of distinct items: see SizeBytes.
+// most Theta (and at most its sketch estimate and its Drops bound). The
+// bounds are deterministic: there is no failure probability. Memory is N
+// entries plus the fixed sketch and at most 64 KiB of Drops, whatever the
+// number of distinct items: see SizeBytes.
 //
 // Answer ranks by hi, reports count = hi and lower = lo, and certifies the
 // first k entries as the true top k (as a set, up to ties) when their smallest

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 	"slices"
 )
 
@@ -13,6 +14,9 @@ const MaxItemBytes = 1024
 const (
 	magic0, magic1 = 'T', 'S'
 	formatVersion  = 1
+	// formatDrops is format 1 followed by the sketch of dropped counts
+	// (Summary.Dropped), written only when the summary has one.
+	formatDrops = 2
 )
 
 // ErrCorrupt is wrapped by every decoding error.
@@ -26,13 +30,23 @@ var ErrCorrupt = errors.New("corrupt summary")
 //	E times: len(item), item bytes, Lo, Hi-Lo      (in (hash, item) order)
 //	sketch width W (0: no sketch); if W > 0: depth D, then D*W cells
 //
+// A summary with a sketch of dropped counts (Dropped) is written as format
+// 2: 'T' 'S' 0x02, the same fields, then the sketch: 0x01 and its cells as
+// little-endian 8-byte words (Drops.Cells), or 0x02 (sparse), the number
+// of cells not 0 and for each its index as the difference from the one
+// before (the first from 0) and its value as a byte, whichever is shorter.
+//
 // Hashes are not stored: the decoder recomputes them, so a summary can never
 // carry a hash that disagrees with its item.
 func (sm *Summary) MarshalBinary() ([]byte, error) { return sm.AppendBinary(nil) }
 
 // AppendBinary appends the encoding to dst.
 func (sm *Summary) AppendBinary(dst []byte) ([]byte, error) {
-	dst = append(dst, magic0, magic1, formatVersion)
+	version := byte(formatVersion)
+	if sm.Dropped != nil {
+		version = formatDrops
+	}
+	dst = append(dst, magic0, magic1, version)
 	dst = binary.AppendUvarint(dst, uint64(sm.N))
 	dst = binary.AppendUvarint(dst, sm.Total)
 	dst = binary.AppendUvarint(dst, sm.Theta)
@@ -45,14 +59,119 @@ func (sm *Summary) AppendBinary(dst []byte) ([]byte, error) {
 		dst = binary.AppendUvarint(dst, e.Hi-e.Lo)
 	}
 	if sm.Sketch == nil {
-		return binary.AppendUvarint(dst, 0), nil
+		dst = binary.AppendUvarint(dst, 0)
+	} else {
+		dst = binary.AppendUvarint(dst, uint64(sm.Sketch.Width))
+		dst = binary.AppendUvarint(dst, uint64(sm.Sketch.Depth))
+		for _, c := range sm.Sketch.Cells {
+			dst = binary.AppendUvarint(dst, c)
+		}
 	}
-	dst = binary.AppendUvarint(dst, uint64(sm.Sketch.Width))
-	dst = binary.AppendUvarint(dst, uint64(sm.Sketch.Depth))
-	for _, c := range sm.Sketch.Cells {
-		dst = binary.AppendUvarint(dst, c)
+	if sm.Dropped != nil {
+		dst = sm.Dropped.appendBinary(dst)
 	}
 	return dst, nil
+}
+
+// appendBinary appends the sketch's encoding (see AppendBinary).
+func (d *Drops) appendBinary(dst []byte) []byte {
+	set := len(d.Sparse)
+	if d.Cells != nil {
+		set = 0
+		for _, w := range d.Cells {
+			set += bits.OnesCount64(nibblesSet(w))
+		}
+	}
+	// A sparse cell takes 2 to 4 bytes, a raw one half a byte.
+	if 8*set >= dropsCells {
+		dst = append(dst, 1)
+		for _, w := range d.Cells {
+			dst = binary.LittleEndian.AppendUint64(dst, w)
+		}
+		return dst
+	}
+	dst = append(dst, 2)
+	dst = binary.AppendUvarint(dst, uint64(set))
+	last := 0
+	put := func(c int, v byte) {
+		dst = binary.AppendUvarint(dst, uint64(c-last))
+		dst = append(dst, v)
+		last = c
+	}
+	if d.Cells == nil {
+		for _, e := range d.Sparse {
+			put(int(e>>4), byte(e&0xf))
+		}
+		return dst
+	}
+	for i, w := range d.Cells {
+		for set := nibblesSet(w); set != 0; set &= set - 1 {
+			j := bits.TrailingZeros64(set) / 4
+			put(16*i+j, byte(w>>(4*j)&0xf))
+		}
+	}
+	return dst
+}
+
+// nibblesSet has the low bit of each nibble of w that is not 0 set.
+func nibblesSet(w uint64) uint64 { return (w | w>>1 | w>>2 | w>>3) & 0x1111111111111111 }
+
+// readDrops decodes a sketch of dropped counts (appendBinary), reusing
+// old's memory.
+func (d *decoder) readDrops(old *Drops) *Drops {
+	kind := d.bytes(1)
+	if d.err != nil {
+		return nil
+	}
+	out := old
+	if out == nil {
+		out = NewDrops()
+	}
+	switch kind[0] {
+	case 1:
+		b := d.bytes(8 * dropsWords)
+		if d.err != nil {
+			return nil
+		}
+		if len(out.Cells) != dropsWords {
+			out.Cells = make([]uint64, dropsWords)
+		}
+		out.Sparse = nil
+		for i := range out.Cells {
+			out.Cells[i] = binary.LittleEndian.Uint64(b[8*i:])
+		}
+	case 2:
+		n := d.uvarint()
+		if d.err == nil && (n > dropsCells || 2*n > uint64(len(d.data)-d.off)) {
+			d.err = fmt.Errorf("%w: %d dropped-count cells in %d bytes", ErrCorrupt, n, len(d.data)-d.off)
+		}
+		if d.err != nil {
+			return nil
+		}
+		out.Cells = nil
+		out.Sparse = out.Sparse[:0]
+		p := uint64(0)
+		for i := range n {
+			gap := d.uvarint()
+			c := d.bytes(1)
+			if d.err != nil {
+				return nil
+			}
+			if (i > 0 && gap == 0) || gap >= dropsCells-p || c[0] == 0 || c[0] > dropsNone {
+				d.err = fmt.Errorf("%w: dropped-count cell %d out of order, range or 0", ErrCorrupt, i)
+				return nil
+			}
+			p += gap
+			out.Sparse = append(out.Sparse, uint32(p)<<4|uint32(c[0]))
+		}
+		if len(out.Sparse) > dropsSparseMax {
+			out.dense()
+		}
+	default:
+		d.err = fmt.Errorf("%w: dropped-count sketch kind %d", ErrCorrupt, kind[0])
+		return nil
+	}
+	return out
 }
 
 // EncodedN reads only the capacity N of an encoded summary.
@@ -60,7 +179,7 @@ func EncodedN(data []byte) (int, error) {
 	if len(data) < 3 || data[0] != magic0 || data[1] != magic1 {
 		return 0, fmt.Errorf("%w: missing TS magic", ErrCorrupt)
 	}
-	if data[2] != formatVersion {
+	if data[2] != formatVersion && data[2] != formatDrops {
 		return 0, fmt.Errorf("%w: unknown version %d", ErrCorrupt, data[2])
 	}
 	n, k := binary.Uvarint(data[3:])
@@ -84,7 +203,7 @@ func (sm *Summary) unmarshal(data []byte, entries func(ne int) []Entry) error {
 	if len(data) < 3 || data[0] != magic0 || data[1] != magic1 {
 		return fmt.Errorf("%w: missing TS magic", ErrCorrupt)
 	}
-	if data[2] != formatVersion {
+	if data[2] != formatVersion && data[2] != formatDrops {
 		return fmt.Errorf("%w: unknown version %d", ErrCorrupt, data[2])
 	}
 	d.off = 3
@@ -108,7 +227,7 @@ func (sm *Summary) unmarshal(data []byte, entries func(ne int) []Entry) error {
 	// Reuse sm's buffers: the streaming merges decode thousands of summaries
 	// into one scratch value.
 	out := Summary{N: int(n), Total: total, Theta: theta, Entries: entries(int(ne))}
-	oldSketch := sm.Sketch
+	oldSketch, oldDrops := sm.Sketch, sm.Dropped
 	for i := range out.Entries {
 		l := d.uvarint()
 		if d.err == nil && l > MaxItemBytes {
@@ -160,6 +279,11 @@ func (sm *Summary) unmarshal(data []byte, entries func(ne int) []Entry) error {
 			out.Sketch.Cells[i] = d.uvarint()
 		}
 		if d.err != nil {
+			return d.err
+		}
+	}
+	if data[2] == formatDrops {
+		if out.Dropped = d.readDrops(oldDrops); d.err != nil {
 			return d.err
 		}
 	}
@@ -223,7 +347,10 @@ func Equal(a, b *Summary) bool {
 	if a.N != b.N || a.Total != b.Total || a.Theta != b.Theta || !slices.Equal(a.Entries, b.Entries) {
 		return false
 	}
-	if (a.Sketch == nil) != (b.Sketch == nil) {
+	if (a.Sketch == nil) != (b.Sketch == nil) || (a.Dropped == nil) != (b.Dropped == nil) {
+		return false
+	}
+	if a.Dropped != nil && !dropsEqual(a.Dropped, b.Dropped) {
 		return false
 	}
 	return a.Sketch == nil || (a.Sketch.Width == b.Sketch.Width && a.Sketch.Depth == b.Sketch.Depth && slices.Equal(a.Sketch.Cells, b.Sketch.Cells))

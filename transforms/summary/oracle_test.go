@@ -397,7 +397,7 @@ func TestSpamWave(t *testing.T) {
 // maxSize is the most memory a summary of cfg can hold with items of at most
 // itemBytes bytes.
 func maxSize(cfg Config, itemBytes int) int {
-	return cfg.N*(40+itemBytes) + 8*cfg.SketchWidth*cfg.SketchDepth + 64
+	return cfg.N*(40+itemBytes) + 8*cfg.SketchWidth*cfg.SketchDepth + 8*dropsWords + 64
 }
 
 // TestMemoryFixed: the size of a summary is set by its parameters, not by

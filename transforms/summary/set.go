@@ -163,6 +163,6 @@ func (sm *Summary) TopInto(out *Summary, n int, floor uint64) {
 	}
 	var dropped uint64
 	*out = Summary{N: sm.N, Total: sm.Total, Theta: sm.Theta}
-	out.Entries, dropped = cutTop(es, sm.Entries, n, floor)
+	out.Entries, dropped = cutTop(es, sm.Entries, n, floor, nil)
 	out.Theta = max(out.Theta, dropped)
 }

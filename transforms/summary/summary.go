@@ -69,6 +69,35 @@ type Summary struct {
 	Theta   uint64 // bound on every untracked item's count
 	Entries []Entry
 	Sketch  *Sketch // nil: no sketch
+	// Dropped, if not nil, bounds the count of every item left out of
+	// Entries, item by item (see Drops). nil with Theta > 0: unknown,
+	// every untracked item may have up to Theta. A summary owns its Drops
+	// (never shared).
+	Dropped *Drops
+}
+
+// known reports whether sm bounds its untracked items one by one: none has
+// a count (Theta 0), or Dropped bounds them.
+func (sm *Summary) known() bool { return sm.Theta == 0 || sm.Dropped != nil }
+
+// mergeDropped is the Drops of a merge of a's and b's event sets, the sum
+// of both, written into into's cells (nil: new ones; into may be a's own
+// Drops): nil when either side does not bound its untracked items one by
+// one, or neither left any out.
+func mergeDropped(into *Drops, a, b *Summary) *Drops {
+	if !a.known() || !b.known() || (a.Dropped == nil && b.Dropped == nil) {
+		return nil
+	}
+	if a.Dropped == nil {
+		return b.Dropped.CopyInto(into)
+	}
+	if into != a.Dropped {
+		into = a.Dropped.CopyInto(into)
+	}
+	if b.Dropped != nil {
+		into.Add(b.Dropped)
+	}
+	return into
 }
 
 // New returns an empty summary: the identity of both merges.
@@ -90,12 +119,17 @@ func (sm *Summary) Config() Config {
 	return c
 }
 
-// Bound is the upper bound of an untracked item's count: min(Theta, cms(x)).
+// Bound is the upper bound of an untracked item's count: the least of
+// Theta, its Dropped bound and its count-min estimate.
 func (sm *Summary) Bound(h uint64) uint64 {
-	if sm.Sketch == nil {
-		return sm.Theta
+	b := sm.Theta
+	if sm.Dropped != nil {
+		b = min(b, sm.Dropped.Bound(h))
 	}
-	return min(sm.Theta, sm.Sketch.Estimate(h))
+	if sm.Sketch != nil {
+		b = min(b, sm.Sketch.Estimate(h))
+	}
+	return b
 }
 
 // Find returns the tracked entry for item, or nil.
@@ -125,6 +159,9 @@ func (sm *Summary) SizeBytes() int {
 	}
 	if sm.Sketch != nil {
 		n += 8 * len(sm.Sketch.Cells)
+	}
+	if sm.Dropped != nil {
+		n += 8*len(sm.Dropped.Cells) + 4*len(sm.Dropped.Sparse)
 	}
 	return n + 64
 }
@@ -195,6 +232,9 @@ func MergeEventsN(a, b *Summary, n int) (*Summary, error) {
 	if a.Sketch != nil {
 		out.Sketch = a.Sketch.Clone()
 	}
+	if a.Dropped != nil {
+		out.Dropped = a.Dropped.Clone()
+	}
 	if err := out.mergeEvents(b, nil); err != nil {
 		return nil, err
 	}
@@ -228,6 +268,8 @@ func (sm *Summary) mergeEvents(b *Summary, buf *[]Entry) error {
 	}
 	a := sm
 	merged = appendMerged(merged, a, b)
+	known := a.known() && b.known()
+	a.Dropped = mergeDropped(a.Dropped, a, b) // sm owns its Drops
 	// Sketches add only after every bound above used each side's own.
 	switch {
 	case a.Sketch != nil && b.Sketch != nil:
@@ -243,13 +285,13 @@ func (sm *Summary) mergeEvents(b *Summary, buf *[]Entry) error {
 		// Swap buffers: the old entries become the next call's scratch.
 		*buf, a.Entries = a.Entries, merged
 		a.tighten()
-		a.truncate(a.N)
+		a.truncateKnown(a.N, known)
 		return nil
 	}
 	a.Entries = merged
 	a.tighten()
 	var dropped uint64
-	a.Entries, dropped = cutTop(make([]Entry, 0, min(len(merged), a.N)), merged, a.N, 0)
+	a.Entries, dropped = cutTop(make([]Entry, 0, min(len(merged), a.N)), merged, a.N, 0, dropTo(a, known))
 	a.Theta = max(a.Theta, dropped)
 	*pooled = merged[:0] // its item strings stay reachable until reused: bounded by the pool
 	mergeScratch.Put(pooled)
@@ -308,7 +350,7 @@ func appendMerged(dst []Entry, a, b *Summary) []Entry {
 // boundOf is Bound, inlined where there is no sketch (Bound itself is
 // over the inliner's budget).
 func (sm *Summary) boundOf(h uint64) uint64 {
-	if sm.Sketch == nil {
+	if sm.Sketch == nil && sm.Dropped == nil {
 		return sm.Theta
 	}
 	return sm.Bound(h)
@@ -329,9 +371,10 @@ func MergeEventsInto(dst, a, b *Summary, n int) error {
 		return nil
 	}
 	es := appendMerged(dst.Entries[:0], a, b)
-	*dst = Summary{N: n, Total: a.Total + b.Total, Theta: a.Theta + b.Theta}
+	known := a.known() && b.known()
+	*dst = Summary{N: n, Total: a.Total + b.Total, Theta: a.Theta + b.Theta, Dropped: mergeDropped(dst.Dropped, a, b)}
 	var dropped uint64
-	dst.Entries, dropped = cutTop(es[:0], es, n, 0) // in place, as truncate
+	dst.Entries, dropped = cutTop(es[:0], es, n, 0, dropTo(dst, known)) // in place, as truncate
 	dst.Theta = max(dst.Theta, dropped)
 	return nil
 }
@@ -464,11 +507,14 @@ func UnionKeys(parts []*Summary, limit int) *Summary {
 // alive.
 func (sm *Summary) WithN(n int) *Summary {
 	out := &Summary{N: n, Total: sm.Total, Theta: sm.Theta}
+	if sm.Dropped != nil {
+		out.Dropped = sm.Dropped.Clone()
+	}
 	if len(sm.Entries) <= n {
 		out.Entries = slices.Clone(sm.Entries)
 	} else {
 		var dropped uint64
-		out.Entries, dropped = cutTop(make([]Entry, 0, n), sm.Entries, n, 0)
+		out.Entries, dropped = cutTop(make([]Entry, 0, n), sm.Entries, n, 0, dropTo(out, sm.known()))
 		out.Theta = max(out.Theta, dropped)
 	}
 	if sm.Sketch != nil {
@@ -487,15 +533,31 @@ func (sm *Summary) Cut(n int) {
 
 // truncate keeps the n largest entries by hi; Theta becomes at least the
 // largest hi dropped. Entries stay in key order.
-func (sm *Summary) truncate(n int) {
+func (sm *Summary) truncate(n int) { sm.truncateKnown(n, sm.known()) }
+
+// truncateKnown is truncate, adding the entries it drops to sm's filter
+// when known (sm knows its untracked items; its Theta may already include
+// a merge's, so known is the caller's).
+func (sm *Summary) truncateKnown(n int, known bool) {
 	if len(sm.Entries) <= n {
 		return
 	}
 	// In place, keeping key order and the capacity: the Merger reuses it
 	// as scratch for the next merge.
 	var dropped uint64
-	sm.Entries, dropped = cutTop(sm.Entries[:0], sm.Entries, n, 0)
+	sm.Entries, dropped = cutTop(sm.Entries[:0], sm.Entries, n, 0, dropTo(sm, known))
 	sm.Theta = max(sm.Theta, dropped)
+}
+
+// dropTo is where a cut of sm records the items it drops: sm.Dropped,
+// created on the first drop, when known; nowhere (nil) otherwise, and then
+// sm's Drops is removed, since it no longer bounds every untracked item.
+func dropTo(sm *Summary, known bool) **Drops {
+	if !known {
+		sm.Dropped = nil
+		return nil
+	}
+	return &sm.Dropped
 }
 
 // Answer is a ranked read of a summary.

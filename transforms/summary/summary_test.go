@@ -21,19 +21,37 @@ func counted(cfg Config, counts map[string]uint64) *Summary {
 // A hand-checked merge: bounds follow the rules of the package doc.
 func TestMergeEventsByHand(t *testing.T) {
 	cfg := Config{N: 2}
-	a := counted(cfg, map[string]uint64{"x": 10, "y": 7, "z": 3}) // tracks x, y; theta 3
-	b := counted(cfg, map[string]uint64{"x": 4, "z": 6, "w": 1})  // tracks z, x; theta 1
+	a := counted(cfg, map[string]uint64{"x": 10, "y": 7, "z": 3}) // tracks x, y; theta 3, z dropped
+	b := counted(cfg, map[string]uint64{"x": 4, "z": 6, "w": 1})  // tracks z, x; theta 1, w dropped
 	if a.Theta != 3 || b.Theta != 1 {
 		t.Fatalf("theta a=%d b=%d, want 3 and 1", a.Theta, b.Theta)
 	}
+	// Theta alone (no Drops): an item one side did not track gets that
+	// side's Theta. x: tracked both: [14,14]. y: a only: [7, 7+1]. z: b
+	// only: [6, 6+3]. Keep 2 by hi: x(14), z(9); y (hi 8) dropped: theta =
+	// max(3+1, 8) = 8.
+	thetaOnly := func(sm *Summary) *Summary { c := sm.WithN(sm.N); c.Dropped = nil; return c }
+	m0, err := MergeEvents(thetaOnly(a), thetaOnly(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][2]uint64{"x": {14, 14}, "z": {6, 9}}
+	if len(m0.Entries) != 2 || m0.Theta != 8 || m0.Total != 31 {
+		t.Fatalf("theta only: got %+v theta %d total %d", m0.Entries, m0.Theta, m0.Total)
+	}
+	for _, e := range m0.Entries {
+		if w := want[e.Item]; e.Lo != w[0] || e.Hi != w[1] {
+			t.Errorf("theta only: %s: [%d,%d], want %v", e.Item, e.Lo, e.Hi, w)
+		}
+	}
+	// With Drops: b dropped only w, so y (never in b) gets 0 from b:
+	// [7,7]; a dropped z with count 3, so z gets 3: [6,9]. y (hi 7) is
+	// dropped: theta = max(3+1, 7) = 7, and y's cells hold 7.
 	m, err := MergeEvents(a, b)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// x: tracked both: [14,14]. y: a only: [7, 7+1]. z: b only: [6, 6+3].
-	// Keep 2 by hi: x(14), z(9); y (hi 8) dropped: theta = max(3+1, 8) = 8.
-	want := map[string][2]uint64{"x": {14, 14}, "z": {6, 9}}
-	if len(m.Entries) != 2 || m.Theta != 8 || m.Total != 31 {
+	if len(m.Entries) != 2 || m.Theta != 7 || m.Total != 31 {
 		t.Fatalf("got %+v theta %d total %d", m.Entries, m.Theta, m.Total)
 	}
 	for _, e := range m.Entries {
@@ -41,8 +59,11 @@ func TestMergeEventsByHand(t *testing.T) {
 			t.Errorf("%s: [%d,%d], want %v", e.Item, e.Lo, e.Hi, w)
 		}
 	}
+	if got := m.Upper("y"); got != 7 {
+		t.Errorf("dropped y's bound %d, want 7", got)
+	}
 	ans := m.Answer(2)
-	// x's lo 14 >= max(z's hi 9, theta 8): certified at 1; z's lo 6 < theta 8.
+	// x's lo 14 >= max(z's hi 9, theta 7): certified at 1; z's lo 6 < theta 7.
 	if ans.CertifiedK != 1 || ans.MaxOvercount != 3 || ans.Entries[0].Item != "x" {
 		t.Errorf("answer %+v, want x first, certified_k 1, max_overcount 3", ans)
 	}

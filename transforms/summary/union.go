@@ -58,7 +58,7 @@ func (u *Union) Answer(limit int) Answer {
 	if limit > 0 && len(es) > limit {
 		// cutTop's selection over hi values, then one sort of the kept.
 		var dropped uint64
-		u.cut, dropped = cutTop(u.cut[:0], es, limit, 0)
+		u.cut, dropped = cutTop(u.cut[:0], es, limit, 0, nil)
 		u.Theta = max(u.Theta, dropped)
 		es = u.cut
 	}

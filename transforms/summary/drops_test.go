@@ -1,0 +1,330 @@
+package summary
+
+import (
+	"bytes"
+	"errors"
+	"slices"
+	"strconv"
+	"testing"
+)
+
+// junkBuckets returns six buckets' summaries (N = 4,096) of a spam wave:
+// each bucket holds 4,300 junk keys seen once (its own) and 40 real items
+// seen 1 to 3 times in every bucket, so every bucket overflows by a few
+// hundred keys of count 1 and its Theta is 1; and the exact counts of all.
+func junkBuckets(t *testing.T) ([]*Summary, map[string]uint64) {
+	t.Helper()
+	exact := map[string]uint64{}
+	var out []*Summary
+	for b := range 6 {
+		c := NewCounter(0)
+		add := func(it string, n uint64) {
+			c.Add(it, Hash(it), n)
+			exact[it] += n
+		}
+		for i := range 4300 {
+			add("#junk_"+strconv.Itoa(b)+"_"+strconv.Itoa(i), 1)
+		}
+		for i := range 40 {
+			add("#t"+strconv.Itoa(i), uint64(1+i%3))
+		}
+		sm := c.Summary(DefaultConfig())
+		if sm.Theta != 1 || sm.Dropped == nil {
+			t.Fatalf("bucket %d: Theta %d, Dropped %v: want an overflowing bucket", b, sm.Theta, sm.Dropped != nil)
+		}
+		out = append(out, sm)
+	}
+	return out, exact
+}
+
+// checkBounds fails when any item's bounds in sm do not hold its exact
+// count: lo <= count <= hi for tracked items, count <= Bound otherwise.
+func checkBounds(t *testing.T, name string, sm *Summary, exact map[string]uint64) {
+	t.Helper()
+	tracked := map[string]bool{}
+	for _, e := range sm.Entries {
+		tracked[e.Item] = true
+		if c := exact[e.Item]; e.Lo > c || c > e.Hi {
+			t.Fatalf("%s: %s count %d outside [%d, %d]", name, e.Item, c, e.Lo, e.Hi)
+		}
+	}
+	for it, c := range exact {
+		if !tracked[it] && c > sm.Bound(Hash(it)) {
+			t.Fatalf("%s: untracked %s count %d above its bound %d", name, it, c, sm.Bound(Hash(it)))
+		}
+	}
+}
+
+// TestDropsSharpenTheta: merging six overflowing buckets, a junk key seen
+// once keeps a hi near 1 where Theta alone gives it 1 plus every other
+// bucket's Theta (6), so real items seen in every bucket rank above the
+// junk; and every bound holds, in every merge order the pipeline uses.
+func TestDropsSharpenTheta(t *testing.T) {
+	bs, exact := junkBuckets(t)
+	stripped := func(sm *Summary) *Summary { c := sm.WithN(sm.N); c.Dropped = nil; return c }
+	var with, without *Summary = bs[0], stripped(bs[0])
+	var m Merger
+	for i, b := range bs {
+		if i > 0 {
+			var err error
+			if with, err = MergeEvents(with, b); err != nil {
+				t.Fatal(err)
+			}
+			if without, err = MergeEvents(without, stripped(b)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		data, err := b.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.AddEncoded(data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if with.Dropped == nil || without.Dropped != nil {
+		t.Fatalf("Dropped: %v with, %v without", with.Dropped != nil, without.Dropped != nil)
+	}
+	checkBounds(t, "MergeEvents", with, exact)
+	checkBounds(t, "without Drops", without, exact)
+	if !Equal(m.Result(), with) {
+		t.Fatal("Merger of encoded buckets differs from MergeEvents in memory")
+	}
+	into := new(Summary)
+	if err := MergeEventsInto(into, bs[0], bs[1], 4096); err != nil {
+		t.Fatal(err)
+	}
+	if pair, _ := MergeEvents(bs[0], bs[1]); !Equal(into, pair) {
+		t.Fatal("MergeEventsInto differs from MergeEvents")
+	}
+	// How the junk ranks: the hi of tracked junk keys.
+	junkHi := func(sm *Summary) (max uint64, over1 int) {
+		for _, e := range sm.Entries {
+			if e.Item[1] == 'j' {
+				max = e.Hi
+				if e.Hi > 1 {
+					over1++
+				}
+			}
+		}
+		return
+	}
+	_, overWith := junkHi(with)
+	_, overWithout := junkHi(without)
+	t.Logf("junk keys tracked with hi > 1: %d with Drops, %d without (Theta %d)", overWith, overWithout, with.Theta)
+	if overWithout == 0 {
+		t.Fatal("without Drops no junk key has hi > 1: the stream does not exercise Theta")
+	}
+	if overWith*10 > overWithout {
+		t.Fatalf("Drops sharpen too little: %d junk keys with hi > 1, %d without", overWith, overWithout)
+	}
+	// The answer ranks every real item it tracks (seen in every bucket,
+	// 6 to 18 times) above every junk key. (A real item seen once in each
+	// bucket can be cut from every bucket it is in, like a junk key: it is
+	// then untracked, with a bound that holds.)
+	real := 0
+	for _, e := range with.Entries {
+		if e.Item[1] == 't' {
+			real++
+		}
+	}
+	if real < 35 {
+		t.Fatalf("%d of 40 real items tracked", real)
+	}
+	for _, e := range with.Answer(real).Entries {
+		if e.Item[1] == 'j' {
+			t.Fatalf("junk key %s (hi %d) among the first %d with Drops", e.Item, e.Hi, real)
+		}
+	}
+	if without.Answer(40).Entries[39].Hi < 6 {
+		t.Fatal("without Drops the junk does not reach the real items' counts: the test shows nothing")
+	}
+}
+
+// TestDropsUnknownSide: a side with Theta > 0 and no Drops (a summary
+// encoded before Drops existed, or a union of partitions) bounds its
+// untracked items by Theta only, so the merge keeps no Drops, and its
+// bounds hold.
+func TestDropsUnknownSide(t *testing.T) {
+	bs, exact := junkBuckets(t)
+	old := bs[1].WithN(4096)
+	old.Dropped = nil
+	m, err := MergeEvents(bs[0], old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Dropped != nil {
+		t.Fatal("a merge with a side of unknown drops has Drops")
+	}
+	sub := map[string]uint64{}
+	for it, c := range exact {
+		if it[1] == 'j' && it[len("#junk_")] > '1' {
+			continue // only buckets 0 and 1 are merged
+		}
+		sub[it] = c
+	}
+	for i := range 40 {
+		sub["#t"+strconv.Itoa(i)] = uint64(2 * (1 + i%3))
+	}
+	checkBounds(t, "unknown side", m, sub)
+	// A junk key of bucket 0 tracked there gets bucket 1's whole Theta.
+	if e := m.Find("#junk_0_0"); e != nil && e.Hi != 1+old.Theta {
+		t.Fatalf("junk key of bucket 0: hi %d, want 1 + Theta %d", e.Hi, old.Theta)
+	}
+	// Further cuts add nothing to a Drops that does not exist.
+	m.Cut(100)
+	if m.Dropped != nil {
+		t.Fatal("a cut of a summary without Drops made one")
+	}
+}
+
+func TestDropsEncoding(t *testing.T) {
+	bs, _ := junkBuckets(t)
+	dense := bs[0].WithN(4096)
+	for i := range dense.Dropped.Cells {
+		dense.Dropped.Cells[i] = 0x123456789abcdef1 // every cell set: the raw form
+	}
+	for name, sm := range map[string]*Summary{"sparse": bs[0], "dense": dense} {
+		b, err := sm.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b[2] != formatDrops {
+			t.Fatalf("%s: format %d", name, b[2])
+		}
+		got, err := Unmarshal(b)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !Equal(got, sm) {
+			t.Fatalf("%s: changed in a round trip", name)
+		}
+		// Every prefix is rejected, never a panic.
+		for n := 0; n < len(b); n += 1 + n/50 {
+			if _, err := Unmarshal(b[:n]); !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("%s: %d of %d bytes decoded (%v)", name, n, len(b), err)
+			}
+		}
+		t.Logf("%s: %d bytes", name, len(b))
+	}
+	// Without Drops the encoding is format 1, as before.
+	plain := bs[0].WithN(4096)
+	plain.Dropped = nil
+	if b, _ := plain.MarshalBinary(); b[2] != formatVersion {
+		t.Fatalf("a summary without Drops encoded as format %d", b[2])
+	}
+	// Corrupt Drops sections of an otherwise good summary.
+	sm := &Summary{N: 1, Theta: 1, Dropped: NewDrops()}
+	good, _ := sm.MarshalBinary()
+	// good ends in the Drops: sparse, no cells.
+	if !bytes.HasSuffix(good, []byte{2, 0}) {
+		t.Fatalf("empty Drops encoded as % x", good)
+	}
+	for name, tail := range map[string][]byte{
+		"kind 3":         {3},
+		"zero cell":      {2, 1, 5, 0},
+		"cell above 15":  {2, 1, 5, 16},
+		"out of order":   {2, 2, 5, 1, 0, 1},
+		"out of range":   {2, 1, 0x80, 0x80, 0x08, 1}, // cell 2^17 of 4 x 2^15
+		"raw, short":     {1, 0, 0},
+		"trailing bytes": {2, 0, 0},
+	} {
+		bad := append(bytes.Clone(good[:len(good)-2]), tail...)
+		if _, err := Unmarshal(bad); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("%s: decoded (%v)", name, err)
+		}
+	}
+	if _, err := Unmarshal(good); err != nil {
+		t.Fatalf("empty Drops: %v", err)
+	}
+}
+
+// randomDrops returns a sketch with every cell random (dense) or n random
+// cells set (sparse).
+func randomDrops(x *uint64, n int) *Drops {
+	next := func() uint64 {
+		*x ^= *x << 13
+		*x ^= *x >> 7
+		*x ^= *x << 17
+		return *x
+	}
+	d := NewDrops()
+	if n < 0 {
+		d.dense()
+		for i := range d.Cells {
+			d.Cells[i] = next()
+		}
+		return d
+	}
+	for range n {
+		d.Sparse = append(d.Sparse, uint32(next()%dropsCells)<<4|uint32(1+next()%dropsNone))
+	}
+	d.settle()
+	return d
+}
+
+// TestDropsAdd: Add equals a cell-by-cell add saturating at 15, whichever
+// form each side has (the sixteen-cells-a-word add of two arrays, a list
+// into an array, two lists merged, a list made an array when it grows past
+// dropsSparseMax).
+func TestDropsAdd(t *testing.T) {
+	x := uint64(0x9e3779b97f4a7c15)
+	for _, ns := range [][2]int{{-1, -1}, {-1, 500}, {500, -1}, {700, 900}, {dropsSparseMax - 10, 100}} {
+		a, b := randomDrops(&x, ns[0]), randomDrops(&x, ns[1])
+		listed := a.Cells == nil && b.Cells == nil && len(a.Sparse)+len(b.Sparse) <= dropsSparseMax
+		want := make([]uint64, dropsCells)
+		for c := range want {
+			want[c] = min(a.cell(c)+b.cell(c), dropsNone)
+		}
+		a.Add(b)
+		for c := range want {
+			if a.cell(c) != want[c] {
+				t.Fatalf("%v: cell %d: %d, want %d", ns, c, a.cell(c), want[c])
+			}
+		}
+		if listed != (a.Cells == nil) {
+			t.Errorf("%v: sparse %v after Add", ns, a.Cells == nil)
+		}
+	}
+}
+
+// TestDropsRecord: every item recorded keeps a bound of at least its hi,
+// in a list and after the list became an array, and Record keeps the
+// larger value of a cell.
+func TestDropsRecord(t *testing.T) {
+	d := NewDrops()
+	var hs []uint64
+	rec := func(n int) {
+		d.reserve(n)
+		for range n {
+			h := Hash("dropped" + strconv.Itoa(len(hs)))
+			hs = append(hs, h)
+			d.Record(h, uint64(1+len(hs)%14))
+		}
+		d.settle()
+	}
+	check := func(name string) {
+		t.Helper()
+		for i, h := range hs {
+			if b := d.Bound(h); b < uint64(1+(i+1)%14) {
+				t.Fatalf("%s: item %d dropped with %d, bound %d", name, i, 1+(i+1)%14, b)
+			}
+		}
+	}
+	rec(300)
+	if d.Cells != nil || len(d.Sparse) > 4*300 {
+		t.Fatalf("300 drops: dense %v, %d cells listed", d.Cells != nil, len(d.Sparse))
+	}
+	check("list")
+	if !slices.IsSorted(d.Sparse) {
+		t.Fatal("list out of order after settle")
+	}
+	rec(dropsSparseMax / DropsDepth)
+	if d.Cells == nil {
+		t.Fatal("still a list past dropsSparseMax")
+	}
+	check("array")
+	if b := d.Bound(Hash("never dropped")); b > 1 && b != ^uint64(0) {
+		t.Logf("an item never dropped has bound %d (cells shared with others)", b)
+	}
+}
