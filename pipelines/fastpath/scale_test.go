@@ -338,11 +338,12 @@ var spamFloors = map[schemas.Window][2]float64{
 }
 
 // spamRecall100: whether TestSpamWave requires recall@100 = 1 (issue 9's
-// goal) on every hashtag list with 1,000 qualifying items. Not yet: with
-// summary.Drops (2026-12-05) recall@100 stays 1 through the wave on every
-// list, but recall@1000 falls to 0.93, 0.73 and 0.97 on the 1m, 5m and 1h
-// lists (without Drops: recall@100 0.91, 0.96, 0.96 and recall@1000
-// 0.38, 0.81, 0.90), all recovering to 1 once the wave leaves the
-// window; BENCHMARKS.md ("The spam wave", "Drops") has why, and what was
-// tried. Set it when item 5 is done.
+// goal) on every hashtag list with 1,000 qualifying items. With
+// summary.Drops (2026-12-05) it was 1 on every list in every run here
+// (without Drops the wave brought it to 0.91, 0.96 and 0.96 on the 1m, 5m
+// and 1h lists), but the margin is a tie or two at the 100th rank, which
+// the bundling of a loaded machine can move, so the test asserts
+// spamFloors (0.98) instead; recall@1000 (0.93, 0.73, 0.97; the goal is
+// 0.99) is the part of item 5 still open. BENCHMARKS.md ("The spam
+// wave", "Drops") has why, and what was tried.
 const spamRecall100 = false

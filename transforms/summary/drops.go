@@ -56,6 +56,9 @@ type Drops struct {
 	// Sparse, when Cells is nil, lists the cells not 0 in index order,
 	// each as index<<4 | value.
 	Sparse []uint32
+	// settled is how many of Sparse's cells were in order when Records
+	// began (reserve): settle sorts only the rest and merges.
+	settled int
 }
 
 // DropsWidth (a power of two) and DropsDepth size every Drops.
@@ -158,22 +161,38 @@ func (d *Drops) reserve(m int) {
 	if d.Cells == nil && len(d.Sparse)+DropsDepth*m > dropsSparseMax {
 		d.dense()
 	}
+	d.settled = len(d.Sparse)
 }
 
 // settle orders a sparse d's cells after Records, keeping the largest
-// value of each.
+// value of each: the Records' cells are sorted and merged into the cells
+// that were in order before them (reserve).
 func (d *Drops) settle() {
 	if d.Cells != nil {
 		return
 	}
-	slices.Sort(d.Sparse) // by index, then value
-	out := d.Sparse[:0]
-	for _, e := range d.Sparse {
+	old, added := d.Sparse[:min(d.settled, len(d.Sparse))], d.Sparse[min(d.settled, len(d.Sparse)):]
+	d.settled = 0
+	if len(added) == 0 {
+		return
+	}
+	slices.Sort(added) // by index, then value
+	out := make([]uint32, 0, len(old)+len(added))
+	keep := func(e uint32) {
 		if n := len(out); n > 0 && out[n-1]>>4 == e>>4 {
-			out[n-1] = e // the larger value sorts last
-			continue
+			out[n-1] = max(out[n-1], e) // the larger value
+			return
 		}
 		out = append(out, e)
+	}
+	for len(old) > 0 || len(added) > 0 {
+		if len(added) == 0 || (len(old) > 0 && old[0] <= added[0]) {
+			keep(old[0])
+			old = old[1:]
+		} else {
+			keep(added[0])
+			added = added[1:]
+		}
 	}
 	d.Sparse = out
 }
