@@ -97,20 +97,16 @@ func TestDropsSharpenTheta(t *testing.T) {
 	if pair, _ := MergeEvents(bs[0], bs[1]); !Equal(into, pair) {
 		t.Fatal("MergeEventsInto differs from MergeEvents")
 	}
-	// How the junk ranks: the hi of tracked junk keys.
-	junkHi := func(sm *Summary) (max uint64, over1 int) {
+	// How the junk ranks: tracked junk keys with hi above their count, 1.
+	junkOver1 := func(sm *Summary) (n int) {
 		for _, e := range sm.Entries {
-			if e.Item[1] == 'j' {
-				max = e.Hi
-				if e.Hi > 1 {
-					over1++
-				}
+			if e.Item[1] == 'j' && e.Hi > 1 {
+				n++
 			}
 		}
-		return
+		return n
 	}
-	_, overWith := junkHi(with)
-	_, overWithout := junkHi(without)
+	overWith, overWithout := junkOver1(with), junkOver1(without)
 	t.Logf("junk keys tracked with hi > 1: %d with Drops, %d without (Theta %d)", overWith, overWithout, with.Theta)
 	if overWithout == 0 {
 		t.Fatal("without Drops no junk key has hi > 1: the stream does not exercise Theta")
@@ -122,22 +118,40 @@ func TestDropsSharpenTheta(t *testing.T) {
 	// 6 to 18 times) above every junk key. (A real item seen once in each
 	// bucket can be cut from every bucket it is in, like a junk key: it is
 	// then untracked, with a bound that holds.)
-	real := 0
-	for _, e := range with.Entries {
-		if e.Item[1] == 't' {
-			real++
+	realIn := func(sm *Summary) (n int) {
+		for _, e := range sm.Entries {
+			if e.Item[1] == 't' {
+				n++
+			}
 		}
+		return n
 	}
-	if real < 35 {
-		t.Fatalf("%d of 40 real items tracked", real)
-	}
-	for _, e := range with.Answer(real).Entries {
-		if e.Item[1] == 'j' {
-			t.Fatalf("junk key %s (hi %d) among the first %d with Drops", e.Item, e.Hi, real)
+	junkAmongReal := func(sm *Summary) (n int) {
+		for _, e := range sm.Answer(realIn(sm)).Entries {
+			if e.Item[1] == 'j' {
+				n++
+			}
 		}
+		return n
 	}
-	if without.Answer(40).Entries[39].Hi < 6 {
-		t.Fatal("without Drops the junk does not reach the real items' counts: the test shows nothing")
+	if r := realIn(with); r < 35 {
+		t.Fatalf("%d of 40 real items tracked", r)
+	}
+	if n := junkAmongReal(with); n > 0 {
+		t.Fatalf("%d junk keys rank among the real items with Drops", n)
+	}
+	// Without Drops the junk reaches the real items' least count (6),
+	// with them it stays far below.
+	maxJunk := func(sm *Summary) (m uint64) {
+		for _, e := range sm.Entries {
+			if e.Item[1] == 'j' {
+				m = max(m, e.Hi)
+			}
+		}
+		return m
+	}
+	if mw, mo := maxJunk(with), maxJunk(without); mo < 6 || mw >= 6 {
+		t.Fatalf("largest junk hi %d with Drops, %d without: want under 6 and at least 6", mw, mo)
 	}
 }
 
@@ -181,6 +195,7 @@ func TestDropsUnknownSide(t *testing.T) {
 func TestDropsEncoding(t *testing.T) {
 	bs, _ := junkBuckets(t)
 	dense := bs[0].WithN(4096)
+	dense.Dropped.dense()
 	for i := range dense.Dropped.Cells {
 		dense.Dropped.Cells[i] = 0x123456789abcdef1 // every cell set: the raw form
 	}

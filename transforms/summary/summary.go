@@ -535,9 +535,9 @@ func (sm *Summary) Cut(n int) {
 // largest hi dropped. Entries stay in key order.
 func (sm *Summary) truncate(n int) { sm.truncateKnown(n, sm.known()) }
 
-// truncateKnown is truncate, adding the entries it drops to sm's filter
-// when known (sm knows its untracked items; its Theta may already include
-// a merge's, so known is the caller's).
+// truncateKnown is truncate, recording the entries it drops in sm's Drops
+// when known (sm bounds its untracked items one by one; its Theta may
+// already include a merge's, so known is the caller's).
 func (sm *Summary) truncateKnown(n int, known bool) {
 	if len(sm.Entries) <= n {
 		return
