@@ -191,7 +191,7 @@ func EncodedN(data []byte) (int, error) {
 
 // UnmarshalBinary decodes data into sm, reusing sm's buffers. Arbitrary
 // bytes give an error, never a panic, and never an allocation larger than the
-// input justifies; after an error sm's sketch cells are unspecified.
+// input justifies; after an error sm's sketch cells and Drops are unspecified.
 func (sm *Summary) UnmarshalBinary(data []byte) error {
 	return sm.unmarshal(data, func(ne int) []Entry { return grow(sm.Entries, ne) })
 }
