@@ -86,18 +86,33 @@ func NewDrops() *Drops { return &Drops{} }
 // Sanders and Singler, "Cache-, hash- and space-efficient Bloom filters",
 // WEA 2007), so that a bound or a record reads one line, not DropsDepth.
 const (
-	dropsBlock  = 128
-	dropsBlocks = dropsCells / dropsBlock
-	dropsRowSeg = dropsBlock / DropsDepth // a row's cells in a block
+	dropsBlock     = 128
+	dropsBlocks    = dropsCells / dropsBlock
+	dropsRowSeg    = dropsBlock / DropsDepth // a row's cells in a block
+	dropsBlockBits = 10                      // log2(dropsBlocks)
+	dropsSegBits   = 5                       // log2(dropsRowSeg)
+)
+
+// Compile-time checks that the bit counts match the sizes above.
+var (
+	_ [dropsBlocks - 1<<dropsBlockBits]struct{}
+	_ [1<<dropsBlockBits - dropsBlocks]struct{}
+	_ [dropsRowSeg - 1<<dropsSegBits]struct{}
+	_ [1<<dropsSegBits - dropsRowSeg]struct{}
 )
 
 // dropsBase is the first cell of the block of remixed hash m.
 func dropsBase(m uint64) int { return int(m&(dropsBlocks-1)) * dropsBlock }
 
-// dropsCell is row i's cell for remixed hash m: in m's block (its low 10
-// bits), at 5 more bits of m for each row.
+// dropsCell is row i's cell for remixed hash m: in m's block (its low
+// dropsBlockBits bits), at dropsSegBits more bits of m for each row.
 func dropsCell(m uint64, i int) int {
-	return dropsBase(m) + i*dropsRowSeg + int(m>>(10+5*uint(i))&(dropsRowSeg-1))
+	return dropsBase(m) + i*dropsRowSeg + dropsOff(m, i)
+}
+
+// dropsOff is row i's cell for remixed hash m within its block's row.
+func dropsOff(m uint64, i int) int {
+	return int(m >> (dropsBlockBits + dropsSegBits*uint(i)) & (dropsRowSeg - 1))
 }
 
 // dropsHash remixes an item's hash for dropsCell, so that its cells are
@@ -218,7 +233,7 @@ func (d *Drops) Bound(h uint64) uint64 {
 			if o >= dropsBlock {
 				break
 			}
-			if i := o / dropsRowSeg; o%dropsRowSeg == int(m>>(10+5*uint(i))&(dropsRowSeg-1)) {
+			if i := o / dropsRowSeg; o%dropsRowSeg == dropsOff(m, i) {
 				v[i] = uint64(e & 0xf)
 			}
 		}
