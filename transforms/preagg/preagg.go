@@ -285,7 +285,8 @@ func (c Config) Validate() error {
 // eight bundles a bucket (BENCHMARKS.md "Cut once per bucket"), the 1m
 // lists' recall@1000 was 0.807 at 2N, 0.907 at 4N, 0.942-0.947 at 8N
 // (4 runs: where the merge cuts, the partials' order counts) and 0.933
-// uncut (the ties at the N-th count ranked otherwise), 0.755 cut to N.
+// uncut (the ties at the N-th count ranked otherwise), 0.755 cut to N
+// (all before summary.Drops, which took the 8N figure to 1.000).
 const DefaultPartialFactor = 8
 
 // PartialSize is the N of the partial summaries flushed: PartialN, or for
