@@ -136,9 +136,6 @@ type State struct {
 	// that encodes each result at once saves a copy per list and window).
 	ShareResults bool
 	cut          summary.Summary
-	// query is the scratch of the window merges Fire cuts its results
-	// from (TwoStacks.QueryInto): read once, right after.
-	query summary.Summary
 }
 
 type list struct {
@@ -328,22 +325,20 @@ func (st *State) Fire(end int64, result func(Result) error, closed func(Closed) 
 			if end%p != 0 {
 				continue
 			}
-			sm, err := st.slide(l, wi, end)
-			if err != nil {
-				return fmt.Errorf("slide: list %q window %s: %w", key, w.Name, err)
-			}
-			if sm == nil {
-				continue
-			}
 			var floorCount uint64
 			if !isGlobal(key) {
 				floorCount = w.MinCount
 			}
 			cut := &st.cut
-			if st.ShareResults {
-				sm.TopInto(cut, st.cfg.Limit, floorCount)
-			} else {
-				cut = sm.Top(st.cfg.Limit, floorCount)
+			if !st.ShareResults {
+				cut = new(summary.Summary)
+			}
+			cut, err := st.slide(l, wi, end, floorCount, cut)
+			if err != nil {
+				return fmt.Errorf("slide: list %q window %s: %w", key, w.Name, err)
+			}
+			if cut == nil {
+				continue
 			}
 			if err := result(Result{Window: wi, List: key, Summary: cut}); err != nil {
 				return err
@@ -370,8 +365,10 @@ func (st *State) Fire(end int64, result func(Result) error, closed func(Closed) 
 	return nil
 }
 
-// slide moves window wi of l to end and returns its summary.
-func (st *State) slide(l *list, wi int, end int64) (*summary.Summary, error) {
+// slide moves window wi of l to end and writes its summary, cut to
+// Config.Limit and floor (Summary.TopInto), into out; it returns out, or nil
+// when the window holds nothing.
+func (st *State) slide(l *list, wi int, end int64, floor uint64, out *summary.Summary) (*summary.Summary, error) {
 	w := st.cfg.Windows[wi]
 	ps := l.panes[st.winLvl[wi]]
 	from := end - w.Length.Milliseconds()
@@ -395,7 +392,7 @@ func (st *State) slide(l *list, wi int, end int64) (*summary.Summary, error) {
 	if err := t.Evict(from); err != nil {
 		return nil, err
 	}
-	return t.QueryInto(&st.query)
+	return t.QueryTopInto(out, st.cfg.Limit, floor)
 }
 
 // aggN is the N of window wi's aggregates (see Config.AggN).

@@ -207,6 +207,31 @@ func (t *TwoStacks) QueryInto(scratch *summary.Summary) (*summary.Summary, error
 	return scratch, nil
 }
 
+// QueryTopInto writes Query's result cut to its first limit entries by hi
+// at or above floor (Summary.TopInto) into out, and returns out. When a
+// merge is needed it is summary.MergeEventsTopInto, which skips the
+// merge's Drops: a window's answer is read once, cut to the list's share.
+func (t *TwoStacks) QueryTopInto(out *summary.Summary, limit int, floor uint64) (*summary.Summary, error) {
+	f, err := t.top()
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case f == nil && t.backAgg == nil:
+		return nil, nil
+	case f == nil:
+		t.backAgg.TopInto(out, limit, floor)
+	case t.backAgg == nil:
+		f.TopInto(out, limit, floor)
+	default:
+		t.merges++
+		if err := summary.MergeEventsTopInto(out, f, t.backAgg, f.N, limit, floor); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
 // merge merges two disjoint event sets into an aggregate of t's N, never
 // wider than the wider side.
 func (t *TwoStacks) merge(a, b *summary.Summary) (*summary.Summary, error) {

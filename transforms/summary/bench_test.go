@@ -167,6 +167,40 @@ func BenchmarkMergeEventsInto(b *testing.B) {
 	}
 }
 
+// BenchmarkWindowAnswer is a window's answer as the slide makes it: the
+// front's and the back's aggregates (BenchmarkMergeEventsCut's sides, which
+// dropped thousands of items and carry Drops) merged and cut to the list's
+// 1,100 (K + margin, the default AggN too): "two-steps" is MergeEventsInto
+// then TopInto, "one-cut" MergeEventsTopInto (no Drops made for an answer
+// read once).
+func BenchmarkWindowAnswer(b *testing.B) {
+	cfg := DefaultConfig()
+	x := countedSummary(cfg, zipfKeys(21, 1.1, benchUniverse, 20_000))
+	y := countedSummary(cfg, zipfKeys(22, 1.1, benchUniverse, 20_000))
+	if x.Dropped == nil || y.Dropped == nil {
+		b.Fatal("the sides did not overflow: no Drops to skip")
+	}
+	b.Run("two-steps", func(b *testing.B) {
+		var scratch, out Summary
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := MergeEventsInto(&scratch, x, y, 1100); err != nil {
+				b.Fatal(err)
+			}
+			scratch.TopInto(&out, 1100, 0)
+		}
+	})
+	b.Run("one-cut", func(b *testing.B) {
+		var out Summary
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := MergeEventsTopInto(&out, x, y, 1100, 1100, 0); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
 // BenchmarkMergerSlidingHour is the sliding hour's merge: 60 encoded minute
 // summaries decoded and merged by one Merger. One op is the whole 60-way
 // merge; summaries/s counts the minutes merged.

@@ -379,6 +379,39 @@ func MergeEventsInto(dst, a, b *Summary, n int) error {
 	return nil
 }
 
+// MergeEventsTopInto is MergeEventsInto(scratch, a, b, n) followed by
+// TopInto(out, limit, floor), in one cut: out gets the entries of the merge
+// of a and b (disjoint event sets) that are among the first min(n, limit)
+// by hi (n or limit <= 0: no such cut) and at or above floor, Theta raised
+// to the largest hi left out, N n, and no Drops or sketch, as Top's result.
+// Equal to the two steps (TestMergeEventsTopInto) without the work they
+// throw away: the merge's Drops (its cells added and every cut entry
+// recorded), and a second pass over the kept entries. A window's answer,
+// read once and cut to the list's share, is this. out must not be a or b
+// nor share their entries; its old contents are lost.
+func MergeEventsTopInto(out, a, b *Summary, n, limit int, floor uint64) error {
+	if a.empty() || b.empty() || a.Sketch != nil || b.Sketch != nil {
+		// The sketch tightens hi values after the merge (tighten), and an
+		// empty side is a copy: the two steps, as before.
+		m, err := MergeEventsN(a, b, n)
+		if err != nil {
+			return err
+		}
+		m.TopInto(out, limit, floor)
+		return nil
+	}
+	k := n
+	if limit > 0 && (k <= 0 || limit < k) {
+		k = limit
+	}
+	es := appendMerged(out.Entries[:0], a, b)
+	*out = Summary{N: n, Total: a.Total + b.Total, Theta: a.Theta + b.Theta}
+	var dropped uint64
+	out.Entries, dropped = cutTop(es[:0], es, k, floor, nil) // in place
+	out.Theta = max(out.Theta, dropped)
+	return nil
+}
+
 // mergeScratch holds the buffers mergeEvents merges into without a Merger.
 var mergeScratch = sync.Pool{New: func() any { return new([]Entry) }}
 

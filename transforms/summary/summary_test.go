@@ -403,13 +403,7 @@ func TestMergeEventsNAndWithN(t *testing.T) {
 // leaves its inputs as they were.
 func TestMergeEventsIntoEqualsN(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 9))
-	random := func(cfg Config, items int) *Summary {
-		counts := map[string]uint64{}
-		for range items {
-			counts["i"+strconv.Itoa(rng.IntN(3*items+1))] += 1 + uint64(rng.IntN(20))
-		}
-		return counted(cfg, counts)
-	}
+	random := func(cfg Config, items int) *Summary { return randomCounted(rng, cfg, items) }
 	var dst Summary
 	sampled := sampleSummaries(t) // with sketches: the MergeEventsN path
 	for round := range 300 {
@@ -442,4 +436,78 @@ func TestMergeEventsIntoEqualsN(t *testing.T) {
 			t.Fatalf("round %d: an input changed", round)
 		}
 	}
+}
+
+// Property: MergeEventsTopInto equals MergeEventsInto followed by TopInto
+// (the two steps a window's answer took before), for sides with and without
+// Drops (summaries that overflowed, and merges of them that cut), with
+// sketches and empty sides, for cuts below and above n and floors that
+// leave all, some or none; its reused output's old contents never leak in,
+// and neither input changes.
+func TestMergeEventsTopInto(t *testing.T) {
+	rng := rand.New(rand.NewPCG(12, 6))
+	random := func(cfg Config, items int) *Summary { return randomCounted(rng, cfg, items) }
+	side := func() *Summary {
+		a := random(Config{N: 8 + rng.IntN(64)}, rng.IntN(300))
+		if rng.IntN(2) == 0 { // an aggregate: a merge that cut
+			b := random(Config{N: 8 + rng.IntN(64)}, rng.IntN(300))
+			m, err := MergeEventsN(a, b, 8+rng.IntN(64))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return m
+		}
+		return a
+	}
+	var got, scratch, want Summary
+	sampled := sampleSummaries(t) // with sketches: the two-step path
+	drops := 0
+	for round := range 600 {
+		var a, b *Summary
+		switch round % 6 {
+		case 0:
+			a, b = sampled[rng.IntN(len(sampled))], sampled[rng.IntN(len(sampled))]
+		case 1:
+			a, b = New(Config{N: 16}), side()
+		default:
+			a, b = side(), side()
+		}
+		if a.Dropped != nil && b.Dropped != nil {
+			drops++
+		}
+		n := 1 + rng.IntN(100)
+		limit := []int{0, 1 + rng.IntN(2*n)}[rng.IntN(2)]
+		floor := []uint64{0, 1 + uint64(rng.IntN(40))}[rng.IntN(2)]
+		before := [2][]byte{}
+		before[0], _ = a.MarshalBinary()
+		before[1], _ = b.MarshalBinary()
+		if err := MergeEventsInto(&scratch, a, b, n); err != nil {
+			t.Fatal(err)
+		}
+		scratch.TopInto(&want, limit, floor)
+		if err := MergeEventsTopInto(&got, a, b, n, limit, floor); err != nil {
+			t.Fatal(err)
+		}
+		if !Equal(&got, &want) {
+			t.Fatalf("round %d (n %d, limit %d, floor %d):\n got %+v\nwant %+v", round, n, limit, floor, got, want)
+		}
+		after0, _ := a.MarshalBinary()
+		after1, _ := b.MarshalBinary()
+		if !bytes.Equal(before[0], after0) || !bytes.Equal(before[1], after1) {
+			t.Fatalf("round %d: an input changed", round)
+		}
+	}
+	if drops < 100 {
+		t.Fatalf("only %d rounds merged two sides with Drops: the test does not exercise them", drops)
+	}
+}
+
+// randomCounted is the summary (cfg) of items random draws over 3 x items
+// names, each adding 1 to 20.
+func randomCounted(rng *rand.Rand, cfg Config, items int) *Summary {
+	counts := map[string]uint64{}
+	for range items {
+		counts["i"+strconv.Itoa(rng.IntN(3*items+1))] += 1 + uint64(rng.IntN(20))
+	}
+	return counted(cfg, counts)
 }
