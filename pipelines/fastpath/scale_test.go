@@ -115,12 +115,14 @@ func TestReplayDense(t *testing.T) {
 
 // TestReplayDenseDefaults: the dense replay at issue 9's density with the
 // configuration a job runs with (N = 4,096 in each of 16 partitions,
-// minutes and aggregates cut to 1,024 a partition; only trending is off,
-// which this test does not check). Each 10 s bucket holds 200,000 events,
-// a third of them one-off items and the rest Zipf(1.0) over a million
-// items, so a bucket has about 120,000 distinct items against the 65,536 a
-// list's bucket tracks (asserted: the stream must overflow the summaries
-// or the test exercises nothing), and the ranks around 1,000 are a few
+// minutes and aggregates cut to 1,100 a partition; only trending is off,
+// which this test does not check), the file read in bundles of one second
+// of the stream (40 beacons, 20,000 events) as live, so a bucket's counts
+// reach the bucket merge as ten partial summaries. Each 10 s bucket holds
+// 200,000 events, a third of them one-off items and the rest Zipf(1.0)
+// over a million items: about 120,000 distinct items a bucket against the
+// 65,536 a list's bucket tracks (asserted: a stream that does not overflow
+// the summaries exercises nothing), and the ranks around 1,000 a few
 // events apart. The checks are TestReplayScopes': no under-count,
 // lower <= exact, certified_k honest, complete never false, recall@100 = 1
 // and recall@1000 >= 0.999 on every list, every window slides.
@@ -143,7 +145,10 @@ func TestReplayDenseDefaults(t *testing.T) {
 		}
 	}
 	began := time.Now()
-	rep, lists := replay(t, events, func(c *Config) { c.Trending = false })
+	rep, lists := replay(t, events, func(c *Config) {
+		c.Trending = false
+		c.SourceOpts.BundleBeacons = 40
+	})
 	if rep.Events != int64(n) || rep.Bad != 0 || rep.LateDropped != 0 {
 		t.Fatalf("report %+v, want %d events, none bad or late", rep, n)
 	}
