@@ -14,6 +14,7 @@ import (
 	"github.com/topk-dev/topk/internal/prismopt/prismtest"
 	"github.com/topk-dev/topk/internal/streams"
 	"github.com/topk-dev/topk/schemas"
+	"github.com/topk-dev/topk/transforms/publish"
 	"github.com/topk-dev/topk/transforms/source"
 )
 
@@ -85,25 +86,10 @@ func replayFile(t *testing.T, path string, mutate func(*Config)) (Report, string
 func readLists(t *testing.T, out string) []*schemas.List {
 	t.Helper()
 	var lists []*schemas.List
-	err := filepath.WalkDir(out, func(p string, d os.DirEntry, err error) error {
-		if err == nil && d.IsDir() && d.Name() == string(schemas.WindowTrending) {
-			return filepath.SkipDir // trending lists are checked by trend_test.go
-		}
-		if err != nil || d.IsDir() || !strings.HasSuffix(p, ".json") || strings.Contains(p, "deadletter") {
-			return err
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		l, err := schemas.UnmarshalList(b)
-		if err != nil {
-			t.Fatalf("%s: %v", p, err)
-		}
+	if err := publish.EachTopList(out, func(l *schemas.List) error {
 		lists = append(lists, l)
 		return nil
-	})
-	if err != nil {
+	}); err != nil {
 		t.Fatal(err)
 	}
 	return lists

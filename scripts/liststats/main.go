@@ -9,15 +9,13 @@ package main
 
 import (
 	"fmt"
-	"io/fs"
 	"log"
 	"maps"
 	"os"
-	"path/filepath"
 	"slices"
-	"strings"
 
 	"github.com/topk-dev/topk/schemas"
+	"github.com/topk-dev/topk/transforms/publish"
 )
 
 type stats struct {
@@ -31,21 +29,7 @@ func main() {
 	}
 	for _, dir := range os.Args[1:] {
 		per := map[schemas.Window]*stats{}
-		err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-			if err == nil && d.IsDir() && d.Name() == string(schemas.WindowTrending) {
-				return filepath.SkipDir // trending lists have no bounds to compare
-			}
-			if err != nil || d.IsDir() || !strings.HasSuffix(p, ".json") || strings.Contains(p, "deadletter") {
-				return err
-			}
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			l, err := schemas.UnmarshalList(b)
-			if err != nil {
-				return fmt.Errorf("%s: %w", p, err)
-			}
+		err := publish.EachTopList(dir, func(l *schemas.List) error {
 			s := per[l.Window]
 			if s == nil {
 				s = &stats{}
