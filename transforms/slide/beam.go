@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	mrand "math/rand/v2"
 	"strconv"
 	"sync"
 	"time"
@@ -31,12 +32,17 @@ import (
 // What Beam state holds is what the State cannot be rebuilt without: the
 // panes (one summary set per bucket and per closed minute, written once when
 // it arrives or closes, removed when it leaves the longest window), the last
-// slide fired, and a generation number bumped on every change. Every call
-// first compares the cached State's generation with Beam's: equal, the cache
-// is current; different or missing (another worker owned the key, the
+// slide fired, and a generation, a new random number on every change. Every
+// call first compares the cached State's generation with Beam's: equal, the
+// cache is current; different or missing (another worker owned the key, the
 // process restarted, a failed bundle's changes were rolled back by the
 // runner), the State is rebuilt from the panes in Beam state and its
-// aggregators re-merged at the next slide. So the result is what Beam state
+// aggregators re-merged at the next slide. A call that fails drops the
+// cached State (it may have changed part way, and the runner retries the
+// input), and a generation is random so that one a failed bundle left in
+// the cache never matches what Beam state reaches without it
+// (fault_test.go: a retry after a failed state write, and a bundle
+// processed elsewhere meanwhile, each count a bucket once). So the result is what Beam state
 // says, on any runner: on Dataflow and Flink the runner's durable,
 // checkpointed state, restored with the source position after a failure; on
 // Prism, in-memory state that lives as long as the job (Config.Durable =
@@ -245,15 +251,33 @@ func (fn *windowsFn) load(ctx context.Context, sp state.Provider, key string) (*
 	return e, nil
 }
 
-// save bumps the generation in Beam state and the cache, and unlocks.
+// save writes a new generation to Beam state and the cache: a random
+// one, not the next number, so that a generation this cache holds from a
+// bundle the runner then failed (its state writes discarded) can never
+// match one that Beam state reaches without it (the key processed
+// meanwhile by another worker, as many times). The caller then marks the
+// call done as saved.
 func (fn *windowsFn) save(sp state.Provider, e *entry) error {
-	defer e.mu.Unlock()
-	e.gen++
-	if err := fn.Gen.Write(sp, e.gen); err != nil {
-		e.st = nil // the cache no longer matches: rebuild next time
+	gen := mrand.Int64()
+	if err := fn.Gen.Write(sp, gen); err != nil {
 		return err
 	}
+	e.gen = gen
 	return nil
+}
+
+// done unlocks e after a call. Unless the call saved, the cached State is
+// dropped, to be rebuilt from Beam state at the next call: a call that
+// failed may have changed it part way, and its bundle's state writes are
+// discarded by the runner and its input retried (a bucket added twice
+// otherwise; TestWindowsFnRetryAfterFailedWrite). Without Durable, Beam
+// state holds no panes to rebuild from: the partition's windows start
+// again empty, as after a lost worker.
+func (e *entry) done(saved *bool) {
+	if !*saved {
+		e.st = nil
+	}
+	e.mu.Unlock()
 }
 
 // writePane writes the set of every list's pane at (level, start).
@@ -293,6 +317,8 @@ func (fn *windowsFn) ProcessElement(ctx context.Context, ts beam.EventTime, sp s
 	if err != nil {
 		return err
 	}
+	saved := false
+	defer e.done(&saved)
 	st := e.st
 	bucket := floor(int64(ts), fn.BucketMs)
 	late := st.Fired() != 0 && bucket+fn.BucketMs <= st.Fired()
@@ -319,19 +345,16 @@ func (fn *windowsFn) ProcessElement(ctx context.Context, ts beam.EventTime, sp s
 		return nil
 	})
 	if err != nil {
-		e.mu.Unlock()
 		return fmt.Errorf("slide: partition %q bucket %d: %w", key, bucket, err)
 	}
 	if late {
 		latePanes.Inc(ctx, 1)
 	}
 	if err := fn.writePane(sp, e, 0, bucket); err != nil {
-		e.mu.Unlock()
 		return err
 	}
 	for li, start := range closedLevels {
 		if err := fn.writePane(sp, e, li, start); err != nil {
-			e.mu.Unlock()
 			return err
 		}
 	}
@@ -340,7 +363,11 @@ func (fn *windowsFn) ProcessElement(ctx context.Context, ts beam.EventTime, sp s
 	} else if next, ok := st.Next(st.Fired()); ok {
 		fn.arm(tp, next)
 	}
-	return fn.save(sp, e)
+	if err := fn.save(sp, e); err != nil {
+		return err
+	}
+	saved = true
+	return nil
 }
 
 const minuteMs = int64(time.Minute / time.Millisecond)
@@ -371,10 +398,12 @@ func (fn *windowsFn) OnTimer(ctx context.Context, ts beam.EventTime, sp state.Pr
 	if err != nil {
 		return err
 	}
+	saved := false
+	defer e.done(&saved)
 	st := e.st
 	if end <= st.Fired() {
-		e.mu.Unlock()
-		return nil // a slide armed twice
+		saved = true // unchanged
+		return nil   // a slide armed twice
 	}
 	// Fire reports lists in key order: each result is encoded into its
 	// group's set as it comes, and its summary reused for the next.
@@ -395,7 +424,6 @@ func (fn *windowsFn) OnTimer(ctx context.Context, ts beam.EventTime, sp state.Pr
 		return nil
 	})
 	if err != nil {
-		e.mu.Unlock()
 		return fmt.Errorf("slide: partition %q: %w", key, err)
 	}
 	slides.Inc(ctx, 1)
@@ -408,7 +436,6 @@ func (fn *windowsFn) OnTimer(ctx context.Context, ts beam.EventTime, sp state.Pr
 		if fn.Minutes && c.Level == minuteMs {
 			b, err := c.Summary.MarshalBinary()
 			if err != nil {
-				e.mu.Unlock()
 				return err
 			}
 			emitMinute(beam.EventTime(end-1), partKey(c.List, key), b)
@@ -417,7 +444,6 @@ func (fn *windowsFn) OnTimer(ctx context.Context, ts beam.EventTime, sp state.Pr
 		if k := c.Start<<4 | int64(li); !written[k] {
 			written[k] = true
 			if err := fn.writePane(sp, e, li, c.Start); err != nil {
-				e.mu.Unlock()
 				return err
 			}
 		}
@@ -431,7 +457,6 @@ func (fn *windowsFn) OnTimer(ctx context.Context, ts beam.EventTime, sp state.Pr
 		for k := range e.keys {
 			if !live[k] {
 				if err := fn.Panes.Remove(sp, k); err != nil {
-					e.mu.Unlock()
 					return err
 				}
 				delete(e.keys, k)
@@ -439,7 +464,6 @@ func (fn *windowsFn) OnTimer(ctx context.Context, ts beam.EventTime, sp state.Pr
 		}
 	}
 	if err := fn.Fired.Write(sp, end); err != nil {
-		e.mu.Unlock()
 		return err
 	}
 	if next, ok := st.Next(end); ok {
@@ -449,5 +473,9 @@ func (fn *windowsFn) OnTimer(ctx context.Context, ts beam.EventTime, sp state.Pr
 		// the last slide, for late data).
 		defer cache.Delete(fn.ID + "\x00" + key)
 	}
-	return fn.save(sp, e)
+	if err := fn.save(sp, e); err != nil {
+		return err
+	}
+	saved = true
+	return nil
 }
