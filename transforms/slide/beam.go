@@ -42,7 +42,9 @@ import (
 // input), and a generation is random so that one a failed bundle left in
 // the cache never matches what Beam state reaches without it
 // (fault_test.go: a retry after a failed state write, and a bundle
-// processed elsewhere meanwhile, each count a bucket once). So the result is what Beam state
+// processed elsewhere meanwhile, each count a bucket once; a retried
+// slide emits its window, where the failed one's "fired" left in the
+// cache made it a slide armed twice, and its lists were never published). So the result is what Beam state
 // says, on any runner: on Dataflow and Flink the runner's durable,
 // checkpointed state, restored with the source position after a failure; on
 // Prism, in-memory state that lives as long as the job (Config.Durable =

@@ -174,9 +174,10 @@ func (r *faultRig) bundle(b int64, count uint64) {
 // faultT0 is the first bucket the fault tests add.
 const faultT0 = int64(1_780_000_000_000)
 
-// slide runs the slide ending at end and returns the list's count of "a"
-// in its 1m window.
-func (r *faultRig) slide(end int64) uint64 {
+// fire runs the slide ending at end as a bundle of its own and returns
+// the list's count of "a" in its 1m window (0 if the slide emitted none).
+// The caller commits or aborts.
+func (r *faultRig) fire(end int64) (uint64, error) {
 	r.t.Helper()
 	var got uint64
 	emit := func(_ beam.EventTime, _ string, set []byte) {
@@ -195,7 +196,15 @@ func (r *faultRig) slide(end int64) uint64 {
 	}
 	none := func(beam.EventTime, string, []byte) {}
 	tc := timers.Context{Family: r.fn.Slide.Family, Tag: strconv.FormatInt(end, 10)}
-	if err := r.fn.OnTimer(context.Background(), beam.EventTime(end), r.sp, noTimers{}, "p0", tc, emit, none); err != nil {
+	err := r.fn.OnTimer(context.Background(), beam.EventTime(end), r.sp, noTimers{}, "p0", tc, emit, none)
+	return got, err
+}
+
+// slide is fire, succeeding and committed.
+func (r *faultRig) slide(end int64) uint64 {
+	r.t.Helper()
+	got, err := r.fire(end)
+	if err != nil {
 		r.t.Fatal(err)
 	}
 	r.sp.commit()
@@ -242,5 +251,22 @@ func TestWindowsFnCacheAfterBundleElsewhere(t *testing.T) {
 	cache.Store(k, mine) // back on this worker
 	if got := r.slide(t0 + 2*bucketMs); got != 8 {
 		t.Fatalf("a counts %d, want 3 + 5 = 8 (the discarded bundle's 100 must not count)", got)
+	}
+}
+
+// A slide whose bundle fails (here the write of the last slide fired) is
+// retried and emits the window: the cache must not keep the failed
+// slide's "fired", or the retry would take it for a slide armed twice and
+// emit nothing, and the lists of that as_of would never be published.
+func TestWindowsFnSlideRetry(t *testing.T) {
+	r := newFaultRig(t)
+	r.bundle(faultT0, 3)
+	r.sp.failWrites = 1
+	if _, err := r.fire(faultT0 + bucketMs); !errors.Is(err, errStateDown) {
+		t.Fatalf("slide with a failed write: %v, want %v", err, errStateDown)
+	}
+	r.sp.abort()
+	if got := r.slide(faultT0 + bucketMs); got != 3 {
+		t.Fatalf("the retried slide emitted a = %d, want 3", got)
 	}
 }
