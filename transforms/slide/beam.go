@@ -44,11 +44,12 @@ import (
 // (fault_test.go: a retry after a failed state write, and a bundle
 // processed elsewhere meanwhile, each count a bucket once; a retried
 // slide emits its window, where the failed one's "fired" left in the
-// cache made it a slide armed twice, and its lists were never published). So the result is what Beam state
-// says, on any runner: on Dataflow and Flink the runner's durable,
-// checkpointed state, restored with the source position after a failure; on
-// Prism, in-memory state that lives as long as the job (Config.Durable =
-// false skips the pane writes where nothing survives a crash anyway).
+// cache made it a slide armed twice, and its lists were never
+// published). So the result is what Beam state says, on any runner: on
+// Dataflow and Flink the runner's durable, checkpointed state, restored
+// with the source position after a failure; on Prism, in-memory state that
+// lives as long as the job (Config.Durable = false skips the pane writes
+// where nothing survives a crash anyway).
 
 // BeamConfig configures Windows.
 type BeamConfig struct {
