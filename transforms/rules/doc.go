@@ -106,4 +106,16 @@
 // or more in the rule window), so a count over part of a rule window can
 // be lower than the recount's, by at most the cap per account whose cap
 // bit, while the whole rule window holds as many or more.
+//
+// A second exception, on a runner that retries: a Filter's memory is its
+// DoFn instance's, not Beam state. The Go SDK drops an instance whose
+// bundle failed in the SDK, so its retry meets a new Filter; but when a
+// runner discards a bundle the SDK finished (Dataflow, on a failed commit:
+// a record may then go through a transform more than once) and retries
+// it on the same instance, the Filter has seen the bundle's event_ids and
+// keys, and can take the retried events for duplicates or repeats: an
+// under-count of that bundle. Prism never retries (a failed bundle ends
+// the job, and the next run's Filter is new). Telling a re-processed
+// delivery from a second one needs the delivery's identity (the Pub/Sub
+// message id), which the sources do not pass on yet.
 package rules
