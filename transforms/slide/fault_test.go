@@ -3,7 +3,11 @@ package slide
 import (
 	"context"
 	"errors"
+	"maps"
+	"math/rand/v2"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -142,9 +146,12 @@ type faultRig struct {
 const faultList = "video\x00global"
 
 func newFaultRig(t *testing.T) *faultRig {
+	return newFaultRigWith(t, []Window{{Name: "1m", Length: time.Minute, Period: 10 * time.Second}})
+}
+
+func newFaultRigWith(t *testing.T, windows []Window) *faultRig {
 	cfg := BeamConfig{
-		Config: Config{Bucket: 10 * time.Second, Limit: 100,
-			Windows: []Window{{Name: "1m", Length: time.Minute, Period: 10 * time.Second}}},
+		Config: Config{Bucket: 10 * time.Second, Limit: 100, Windows: windows},
 		Shards: 1, Durable: true,
 	}
 	return &faultRig{t: t, fn: newWindowsFn(cfg), sp: newRunnerState()}
@@ -153,7 +160,18 @@ func newFaultRig(t *testing.T) *faultRig {
 // add runs a bundle of one element: bucket b's set with count of "a".
 func (r *faultRig) add(b int64, count uint64) error {
 	r.t.Helper()
-	set, err := summary.AppendSet(nil, []string{faultList}, []*summary.Summary{summarize(map[string]uint64{"a": count}, 8)})
+	return r.addSet(b, map[string]map[string]uint64{faultList: {"a": count}})
+}
+
+// addSet runs a bundle of one element: bucket b's set of lists' counts.
+func (r *faultRig) addSet(b int64, lists map[string]map[string]uint64) error {
+	r.t.Helper()
+	var keys []string
+	var sums []*summary.Summary
+	for _, l := range slices.Sorted(maps.Keys(lists)) {
+		keys, sums = append(keys, l), append(sums, summarize(lists[l], 8))
+	}
+	set, err := summary.AppendSet(nil, keys, sums)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -174,21 +192,16 @@ func (r *faultRig) bundle(b int64, count uint64) {
 // faultT0 is the first bucket the fault tests add.
 const faultT0 = int64(1_780_000_000_000)
 
-// fire runs the slide ending at end as a bundle of its own and returns
-// the list's count of "a" in its 1m window (0 if the slide emitted none).
-// The caller commits or aborts.
-func (r *faultRig) fire(end int64) (uint64, error) {
+// fireAll runs the slide ending at end as a bundle of its own and returns
+// what it emitted: result key (window and shard) + list -> the list's
+// window summary, encoded. The caller commits or aborts.
+func (r *faultRig) fireAll(end int64) (map[string]string, error) {
 	r.t.Helper()
-	var got uint64
-	emit := func(_ beam.EventTime, _ string, set []byte) {
+	got := map[string]string{}
+	emit := func(_ beam.EventTime, key string, set []byte) {
 		err := summary.EachInSet(set, func(list string, smb []byte) error {
-			sm, err := summary.Unmarshal(smb)
-			if err == nil && list == faultList {
-				if e := sm.Find("a"); e != nil {
-					got = e.Lo
-				}
-			}
-			return err
+			got[key+"\x00"+list] = string(smb)
+			return nil
 		})
 		if err != nil {
 			r.t.Fatal(err)
@@ -197,6 +210,27 @@ func (r *faultRig) fire(end int64) (uint64, error) {
 	none := func(beam.EventTime, string, []byte) {}
 	tc := timers.Context{Family: r.fn.Slide.Family, Tag: strconv.FormatInt(end, 10)}
 	err := r.fn.OnTimer(context.Background(), beam.EventTime(end), r.sp, noTimers{}, "p0", tc, emit, none)
+	return got, err
+}
+
+// fire is fireAll returning the list's count of "a" in its 1m window (0
+// if the slide emitted none).
+func (r *faultRig) fire(end int64) (uint64, error) {
+	r.t.Helper()
+	all, err := r.fireAll(end)
+	var got uint64
+	for k, smb := range all {
+		if !strings.HasSuffix(k, "\x00"+faultList) {
+			continue
+		}
+		sm, err := summary.Unmarshal([]byte(smb))
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		if e := sm.Find("a"); e != nil {
+			got = e.Lo
+		}
+	}
 	return got, err
 }
 
@@ -269,4 +303,114 @@ func TestWindowsFnSlideRetry(t *testing.T) {
 	if got := r.slide(faultT0 + bucketMs); got != 3 {
 		t.Fatalf("the retried slide emitted a = %d, want 3", got)
 	}
+}
+
+// Bundles that fail in every way a runner sees (a state write that fails,
+// a bundle discarded after the DoFn returned, the key processed meanwhile
+// by another worker, or several of these before one attempt commits)
+// change nothing: over two hours of buckets for two lists, with late
+// buckets, every slide of every window (1m, 5m, 1h) emits what a run
+// without failures emits, byte for byte. Few items, so no summary cuts
+// and a State rebuilt from Beam state merges to the same summaries.
+func TestWindowsFnRandomFailures(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	clean, faulty := newFaultRigWith(t, testWindows), newFaultRigWith(t, testWindows)
+	lists := []string{faultList, "hashtag\x00IN"}
+	failures := map[string]int{}
+	emitted := 0 // window summaries emitted without failures
+	// attempt runs one bundle on faulty until one attempt commits, each
+	// attempt failing at random first; it returns the committed attempt's
+	// output.
+	attempt := func(run func() (map[string]string, error)) map[string]string {
+		for {
+			k := faulty.fn.ID + "\x00p0"
+			switch rng.IntN(8) {
+			case 0: // a state write fails
+				failures["write"]++
+				faulty.sp.failWrites = 1 + rng.IntN(3)
+				if _, err := run(); err == nil {
+					// the bundle made fewer writes than failWrites
+					faulty.sp.failWrites = 0
+					faulty.sp.abort()
+					continue
+				}
+				faulty.sp.failWrites = 0
+				faulty.sp.abort()
+			case 1: // discarded after the DoFn returned
+				failures["discarded"]++
+				if _, err := run(); err != nil {
+					t.Fatal(err)
+				}
+				faulty.sp.abort()
+			case 2: // committed by another worker; this one's cache left stale
+				failures["elsewhere"]++
+				mine, _ := cache.Load(k)
+				cache.Delete(k)
+				out, err := run()
+				if err != nil {
+					t.Fatal(err)
+				}
+				faulty.sp.commit()
+				if mine != nil {
+					cache.Store(k, mine)
+				}
+				return out
+			default:
+				out, err := run()
+				if err != nil {
+					t.Fatal(err)
+				}
+				faulty.sp.commit()
+				return out
+			}
+		}
+	}
+	for k := int64(0); k < 720; k++ { // two hours of 10 s buckets
+		b := faultT0 + k*bucketMs
+		buckets := []int64{b}
+		if k > 3 && rng.IntN(10) == 0 {
+			buckets = append(buckets, b-int64(1+rng.IntN(3))*bucketMs) // late
+		}
+		for _, bk := range buckets {
+			set := map[string]map[string]uint64{}
+			for _, l := range lists {
+				if rng.IntN(4) == 0 {
+					continue
+				}
+				m := map[string]uint64{}
+				for range 1 + rng.IntN(3) {
+					m[string(rune('a'+rng.IntN(5)))] += uint64(1 + rng.IntN(4))
+				}
+				set[l] = m
+			}
+			if len(set) == 0 {
+				continue
+			}
+			if err := clean.addSet(bk, set); err != nil {
+				t.Fatal(err)
+			}
+			clean.sp.commit()
+			attempt(func() (map[string]string, error) { return nil, faulty.addSet(bk, set) })
+		}
+		end := b + bucketMs
+		want, err := clean.fireAll(end)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clean.sp.commit()
+		emitted += len(want)
+		got := attempt(func() (map[string]string, error) { return faulty.fireAll(end) })
+		if !maps.Equal(got, want) {
+			t.Fatalf("slide at bucket %d: with failures %d results, without %d, or they differ (failures so far %v)", k, len(got), len(want), failures)
+		}
+	}
+	for _, f := range []string{"write", "discarded", "elsewhere"} {
+		if failures[f] < 50 {
+			t.Fatalf("only %d %q failures: %v", failures[f], f, failures)
+		}
+	}
+	if emitted < 2000 {
+		t.Fatalf("only %d window summaries emitted: the test compares too little", emitted)
+	}
+	t.Logf("failures injected: %v; %d window summaries compared", failures, emitted)
 }
