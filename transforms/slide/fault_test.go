@@ -323,7 +323,7 @@ func TestWindowsFnRandomFailures(t *testing.T) {
 	// output.
 	attempt := func(run func() (map[string]string, error)) map[string]string {
 		for {
-			k := faulty.fn.ID + "\x00p0"
+			ck := faulty.fn.ID + "\x00p0" // the partition's cache key
 			switch rng.IntN(8) {
 			case 0: // a state write fails
 				failures["write"]++
@@ -344,15 +344,15 @@ func TestWindowsFnRandomFailures(t *testing.T) {
 				faulty.sp.abort()
 			case 2: // committed by another worker; this one's cache left stale
 				failures["elsewhere"]++
-				mine, _ := cache.Load(k)
-				cache.Delete(k)
+				mine, _ := cache.Load(ck)
+				cache.Delete(ck)
 				out, err := run()
 				if err != nil {
 					t.Fatal(err)
 				}
 				faulty.sp.commit()
 				if mine != nil {
-					cache.Store(k, mine)
+					cache.Store(ck, mine)
 				}
 				return out
 			default:
