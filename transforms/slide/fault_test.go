@@ -12,135 +12,22 @@ import (
 	"time"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
-	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/state"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/timers"
-	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/util/reflectx"
 
+	"github.com/topk-dev/topk/internal/statetest"
 	"github.com/topk-dev/topk/transforms/summary"
 )
-
-// runnerState is a state.Provider with a runner's bundle semantics, over
-// in-memory maps: a bundle's writes are pending (its reads see them, as
-// Beam's state types replay them) until commit, and abort discards them,
-// as a runner does with a failed bundle's. failWrites makes the next
-// writes fail, as a state request to an unreachable runner does.
-type runnerState struct {
-	values     map[string]any
-	maps       map[string]map[any]any
-	pending    []state.Transaction
-	failWrites int
-}
-
-var errStateDown = errors.New("state request failed")
-
-func newRunnerState() *runnerState {
-	return &runnerState{values: map[string]any{}, maps: map[string]map[any]any{}}
-}
-
-func (r *runnerState) pendingFor(id string) []state.Transaction {
-	var out []state.Transaction
-	for _, t := range r.pending {
-		if t.Key == id {
-			out = append(out, t)
-		}
-	}
-	return out
-}
-
-func (r *runnerState) write(t state.Transaction, kind string) error {
-	if r.failWrites > 0 {
-		r.failWrites--
-		return errStateDown
-	}
-	t.Key = kind + t.Key
-	r.pending = append(r.pending, t)
-	return nil
-}
-
-func (r *runnerState) commit() {
-	for _, t := range r.pending {
-		kind, id := t.Key[:1], t.Key[1:]
-		switch {
-		case kind == "v" && t.Type == state.TransactionTypeSet:
-			r.values[id] = t.Val
-		case kind == "v":
-			delete(r.values, id)
-		case t.Type == state.TransactionTypeSet:
-			if r.maps[id] == nil {
-				r.maps[id] = map[any]any{}
-			}
-			r.maps[id][t.MapKey] = t.Val
-		case t.MapKey == nil:
-			delete(r.maps, id)
-		default:
-			delete(r.maps[id], t.MapKey)
-		}
-	}
-	r.pending = nil
-}
-
-func (r *runnerState) abort() { r.pending = nil }
-
-// unprefixed is r's pending transactions of kind ("v" or "m") and state
-// id, as the state types expect them.
-func (r *runnerState) unprefixed(kind, id string) []state.Transaction {
-	var out []state.Transaction
-	for _, t := range r.pendingFor(kind + id) {
-		t.Key = id
-		out = append(out, t)
-	}
-	return out
-}
-
-func (r *runnerState) ReadValueState(id string) (any, []state.Transaction, error) {
-	return r.values[id], r.unprefixed("v", id), nil
-}
-func (r *runnerState) WriteValueState(t state.Transaction) error { return r.write(t, "v") }
-func (r *runnerState) ClearValueState(t state.Transaction) error { return r.write(t, "v") }
-func (r *runnerState) ReadMapStateValue(id string, key any) (any, []state.Transaction, error) {
-	return r.maps[id][key], r.unprefixed("m", id), nil
-}
-func (r *runnerState) ReadMapStateKeys(id string) ([]any, []state.Transaction, error) {
-	var keys []any
-	for k := range r.maps[id] {
-		keys = append(keys, k)
-	}
-	return keys, r.unprefixed("m", id), nil
-}
-func (r *runnerState) WriteMapState(t state.Transaction) error    { return r.write(t, "m") }
-func (r *runnerState) ClearMapStateKey(t state.Transaction) error { return r.write(t, "m") }
-func (r *runnerState) ClearMapState(t state.Transaction) error    { return r.write(t, "m") }
-
-// Not used by windowsFn.
-func (r *runnerState) ReadBagState(string) ([]any, []state.Transaction, error) {
-	return nil, nil, errors.New("no bag state")
-}
-func (r *runnerState) WriteBagState(state.Transaction) error    { return errors.New("no bag state") }
-func (r *runnerState) ClearBagState(state.Transaction) error    { return errors.New("no bag state") }
-func (r *runnerState) CreateAccumulatorFn(string) reflectx.Func { return nil }
-func (r *runnerState) AddInputFn(string) reflectx.Func          { return nil }
-func (r *runnerState) MergeAccumulatorsFn(string) reflectx.Func { return nil }
-func (r *runnerState) ExtractOutputFn(string) reflectx.Func     { return nil }
-func (r *runnerState) WriteOrderedListState(state.Transaction) error {
-	return errors.New("no list state")
-}
-func (r *runnerState) ClearOrderedListState(state.Transaction) error {
-	return errors.New("no list state")
-}
-func (r *runnerState) ReadOrderedListState(string) ([]any, []state.Transaction, error) {
-	return nil, nil, errors.New("no list state")
-}
 
 type noTimers struct{}
 
 func (noTimers) Set(timers.TimerMap) {}
 
 // faultRig drives one partition of a windowsFn (a 1m window of 10 s
-// buckets, one list) through bundles against a runnerState.
+// buckets, one list) through bundles against a statetest.Runner.
 type faultRig struct {
 	t  *testing.T
 	fn *windowsFn
-	sp *runnerState
+	sp *statetest.Runner
 }
 
 const faultList = "video\x00global"
@@ -154,7 +41,7 @@ func newFaultRigWith(t *testing.T, windows []Window) *faultRig {
 		Config: Config{Bucket: 10 * time.Second, Limit: 100, Windows: windows},
 		Shards: 1, Durable: true,
 	}
-	return &faultRig{t: t, fn: newWindowsFn(cfg), sp: newRunnerState()}
+	return &faultRig{t: t, fn: newWindowsFn(cfg), sp: statetest.New()}
 }
 
 // add runs a bundle of one element: bucket b's set with count of "a".
@@ -186,7 +73,7 @@ func (r *faultRig) bundle(b int64, count uint64) {
 	if err := r.add(b, count); err != nil {
 		r.t.Fatal(err)
 	}
-	r.sp.commit()
+	r.sp.Commit()
 }
 
 // faultT0 is the first bucket the fault tests add.
@@ -241,7 +128,7 @@ func (r *faultRig) slide(end int64) uint64 {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	r.sp.commit()
+	r.sp.Commit()
 	return got
 }
 
@@ -253,11 +140,11 @@ func TestWindowsFnRetryAfterFailedWrite(t *testing.T) {
 	r := newFaultRig(t)
 	t0 := faultT0
 	r.bundle(t0, 3)
-	r.sp.failWrites = 1 // the pane's write fails
-	if err := r.add(t0+bucketMs, 5); !errors.Is(err, errStateDown) {
-		t.Fatalf("bundle with a failed write: %v, want %v", err, errStateDown)
+	r.sp.FailWrites = 1 // the pane's write fails
+	if err := r.add(t0+bucketMs, 5); !errors.Is(err, statetest.ErrDown) {
+		t.Fatalf("bundle with a failed write: %v, want %v", err, statetest.ErrDown)
 	}
-	r.sp.abort()
+	r.sp.Abort()
 	r.bundle(t0+bucketMs, 5) // the retry
 	if got := r.slide(t0 + 2*bucketMs); got != 8 {
 		t.Fatalf("a counts %d after the retry, want 3 + 5 = 8", got)
@@ -276,7 +163,7 @@ func TestWindowsFnCacheAfterBundleElsewhere(t *testing.T) {
 	if err := r.add(t0+bucketMs, 100); err != nil {
 		t.Fatal(err)
 	}
-	r.sp.abort() // the bundle failed after this step
+	r.sp.Abort() // the bundle failed after this step
 	// Another worker takes the key: it has no cache for it.
 	k := r.fn.ID + "\x00p0"
 	mine, _ := cache.Load(k)
@@ -295,11 +182,11 @@ func TestWindowsFnCacheAfterBundleElsewhere(t *testing.T) {
 func TestWindowsFnSlideRetry(t *testing.T) {
 	r := newFaultRig(t)
 	r.bundle(faultT0, 3)
-	r.sp.failWrites = 1
-	if _, err := r.fire(faultT0 + bucketMs); !errors.Is(err, errStateDown) {
-		t.Fatalf("slide with a failed write: %v, want %v", err, errStateDown)
+	r.sp.FailWrites = 1
+	if _, err := r.fire(faultT0 + bucketMs); !errors.Is(err, statetest.ErrDown) {
+		t.Fatalf("slide with a failed write: %v, want %v", err, statetest.ErrDown)
 	}
-	r.sp.abort()
+	r.sp.Abort()
 	if got := r.slide(faultT0 + bucketMs); got != 3 {
 		t.Fatalf("the retried slide emitted a = %d, want 3", got)
 	}
@@ -327,21 +214,21 @@ func TestWindowsFnRandomFailures(t *testing.T) {
 			switch rng.IntN(8) {
 			case 0: // a state write fails
 				failures["write"]++
-				faulty.sp.failWrites = 1 + rng.IntN(3)
+				faulty.sp.FailWrites = 1 + rng.IntN(3)
 				if _, err := run(); err == nil {
 					// the bundle made fewer writes than failWrites
-					faulty.sp.failWrites = 0
-					faulty.sp.abort()
+					faulty.sp.FailWrites = 0
+					faulty.sp.Abort()
 					continue
 				}
-				faulty.sp.failWrites = 0
-				faulty.sp.abort()
+				faulty.sp.FailWrites = 0
+				faulty.sp.Abort()
 			case 1: // discarded after the DoFn returned
 				failures["discarded"]++
 				if _, err := run(); err != nil {
 					t.Fatal(err)
 				}
-				faulty.sp.abort()
+				faulty.sp.Abort()
 			case 2: // committed by another worker; this one's cache left stale
 				failures["elsewhere"]++
 				mine, _ := cache.Load(ck)
@@ -350,7 +237,7 @@ func TestWindowsFnRandomFailures(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				faulty.sp.commit()
+				faulty.sp.Commit()
 				if mine != nil {
 					cache.Store(ck, mine)
 				}
@@ -360,7 +247,7 @@ func TestWindowsFnRandomFailures(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				faulty.sp.commit()
+				faulty.sp.Commit()
 				return out
 			}
 		}
@@ -389,7 +276,7 @@ func TestWindowsFnRandomFailures(t *testing.T) {
 			if err := clean.addSet(bk, set); err != nil {
 				t.Fatal(err)
 			}
-			clean.sp.commit()
+			clean.sp.Commit()
 			attempt(func() (map[string]string, error) { return nil, faulty.addSet(bk, set) })
 		}
 		end := b + bucketMs
@@ -397,7 +284,7 @@ func TestWindowsFnRandomFailures(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		clean.sp.commit()
+		clean.sp.Commit()
 		emitted += len(want)
 		got := attempt(func() (map[string]string, error) { return faulty.fireAll(end) })
 		if !maps.Equal(got, want) {

@@ -212,7 +212,12 @@ func Trending(s beam.Scope, lists5m, tallies beam.PCollection, cfg Config) beam.
 		keyed := beam.ParDo(s, &byListFn{EveryMs: cfg.Every.Milliseconds()}, lists5m)
 		g = beam.WindowInto(s, window.NewGlobalWindows(), keyed)
 	}
-	return beam.ParDo(s, &scoreFn{
+	return beam.ParDo(s, newScoreFn(cfg), g)
+}
+
+// newScoreFn is the scorer's DoFn for cfg (validated).
+func newScoreFn(cfg Config) *scoreFn {
+	return &scoreFn{
 		Trend:        cfg.Trend,
 		Store:        cfg.Store,
 		HistoryTTLMs: cfg.HistoryTTL.Milliseconds(),
@@ -226,7 +231,7 @@ func Trending(s beam.Scope, lists5m, tallies beam.PCollection, cfg Config) beam.
 		Tallies:      state.MakeMapState[int64, []byte]("tallies"),
 		Pieces:       state.MakeBagState[[]byte]("pieces"),
 		Tick:         timers.InEventTime("tick"),
-	}, g)
+	}
 }
 
 // Elements of the scorer's input are tagged by their first byte: a 5-minute

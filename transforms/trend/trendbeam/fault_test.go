@@ -1,0 +1,150 @@
+package trendbeam
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/timers"
+
+	"github.com/topk-dev/topk/internal/statetest"
+	"github.com/topk-dev/topk/schemas"
+	"github.com/topk-dev/topk/transforms/summary"
+	"github.com/topk-dev/topk/transforms/users"
+)
+
+type noTimers struct{}
+
+func (noTimers) Set(timers.TimerMap) {}
+
+// Trending by users through bundles that fail at random, as a runner
+// sees them (a state write that fails, or a bundle discarded after the
+// DoFn returned and retried on the same instance, whose in-memory piece
+// counts then ran ahead of the state): over 40 minutes of tallies, three
+// a bucket, for a list whose items come and go, every trending list is
+// byte for byte the one a run without failures emits. maxPieces is low,
+// so pieces are united on arrival as well as at the timer; few items, so
+// no union cuts and the two runs' unions are the same whatever their
+// grouping.
+func TestScoreFnRandomFailures(t *testing.T) {
+	defer func(n int) { maxPieces = n }(maxPieces)
+	maxPieces = 4
+	cfg := DefaultConfig()
+	cfg.Trend.Counts = schemas.CountsUsers
+	cfg.Trend.WarmUp = 10 * time.Minute
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	clean, faulty := newScoreFn(cfg), newScoreFn(cfg)
+	cleanSt, faultySt := statetest.New(), statetest.New()
+	const key = "hashtag:global"
+	rng := rand.New(rand.NewPCG(31, 32))
+	failures := map[string]int{}
+	// attempt runs one bundle on faulty until one attempt commits, each
+	// attempt failing at random first, and returns what the committed one
+	// emitted.
+	attempt := func(run func(emit func(beam.EventTime, string, []byte)) error) map[string]string {
+		for {
+			out := map[string]string{}
+			emit := func(_ beam.EventTime, k string, js []byte) { out[k] = string(js) }
+			switch rng.IntN(6) {
+			case 0: // a state write fails
+				failures["write"]++
+				faultySt.FailWrites = 1 + rng.IntN(3)
+				err := run(emit)
+				faultySt.FailWrites = 0
+				faultySt.Abort()
+				if err == nil {
+					failures["write"]-- // fewer writes than that: discarded instead
+					failures["discarded"]++
+				}
+			case 1: // discarded after the DoFn returned
+				failures["discarded"]++
+				if err := run(emit); err != nil {
+					t.Fatal(err)
+				}
+				faultySt.Abort()
+			default:
+				if err := run(emit); err != nil {
+					t.Fatal(err)
+				}
+				faultySt.Commit()
+				return out
+			}
+		}
+	}
+	bucket := 10 * time.Second
+	every := cfg.Every.Milliseconds()
+	scored := 0
+	for b := range 240 { // 40 minutes
+		at := t0.Add(time.Duration(b) * bucket)
+		for piece := range 3 {
+			tl := users.NewTally()
+			for j := range 6 {
+				item := "#s" + strconv.Itoa(j)
+				if b > 120 && j == 5 {
+					item = "#new" // a new item, new users every bucket
+				}
+				for k := range 2 + rng.IntN(6) {
+					u := fmt.Sprintf("u%d-%d-%d", j, piece, (b*3+k)%(20+10*j))
+					if item == "#new" {
+						u = fmt.Sprintf("n%d-%d-%d", b, piece, k)
+					}
+					uh := users.Hash(u)
+					tl.Pairs.AddHash(users.PairHash(uh, summary.Hash(item)))
+					en := tl.Entry(item)
+					en.Count++
+					en.Users.AddHash(uh)
+				}
+			}
+			blob, err := tl.MarshalBinary()
+			if err != nil {
+				t.Fatal(err)
+			}
+			v := binary.BigEndian.AppendUint64([]byte{tagTally}, uint64(at.UnixMilli()))
+			v = append(v, blob...)
+			none := func(beam.EventTime, string, []byte) {}
+			if err := clean.ProcessElement(ctx, cleanSt, noTimers{}, key, v, none); err != nil {
+				t.Fatal(err)
+			}
+			cleanSt.Commit()
+			attempt(func(emit func(beam.EventTime, string, []byte)) error {
+				return faulty.ProcessElement(ctx, faultySt, noTimers{}, key, v, emit)
+			})
+		}
+		end := at.Add(bucket).UnixMilli()
+		if end%every != 0 {
+			continue
+		}
+		// The watermark passes the cadence boundary: the timer fires.
+		tc := timers.Context{Family: clean.Tick.Family, Tag: strconv.FormatInt(end, 10)}
+		want := map[string]string{}
+		err := clean.OnTimer(ctx, cleanSt, noTimers{}, key, tc, func(_ beam.EventTime, k string, js []byte) { want[k] = string(js) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		cleanSt.Commit()
+		got := attempt(func(emit func(beam.EventTime, string, []byte)) error {
+			return faulty.OnTimer(ctx, faultySt, noTimers{}, key, tc, emit)
+		})
+		if !maps.Equal(got, want) {
+			t.Fatalf("as of %s: with failures %q\nwithout %q", time.UnixMilli(end).UTC().Format(time.TimeOnly), got, want)
+		}
+		for _, js := range want {
+			if tl, err := schemas.UnmarshalTrending([]byte(js)); err == nil && len(tl.Items) > 0 {
+				scored++
+			}
+		}
+	}
+	if scored < 15 || failures["write"] < 30 || failures["discarded"] < 30 {
+		t.Fatalf("%d non-empty trending lists compared, failures %v: the test exercises too little", scored, failures)
+	}
+	t.Logf("failures injected: %v; %d non-empty trending lists compared", failures, scored)
+}
