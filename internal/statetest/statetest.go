@@ -5,9 +5,9 @@
 // failed bundle's. FailWrites makes the next writes fail, as a state
 // request to an unreachable runner does. Value, map and bag states; one
 // key and window (a test drives one key per Runner). A DoFn's methods are
-// called directly with it (and a timers.Provider of the test's own), so a
-// test can fail, discard or retry each bundle as a runner would, which no
-// runner here does: Prism ends the job on a failed bundle.
+// called directly with it (and NoTimers), so a test can fail, discard or
+// retry each bundle as a runner would, which no runner here does: Prism
+// ends the job on a failed bundle.
 package statetest
 
 import (
@@ -15,6 +15,7 @@ import (
 	"slices"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/state"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/timers"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/util/reflectx"
 )
 
@@ -130,3 +131,10 @@ func (r *Runner) WriteOrderedListState(state.Transaction) error { return errNotM
 func (r *Runner) ClearOrderedListState(state.Transaction) error { return errNotModelled }
 
 var _ state.Provider = (*Runner)(nil)
+
+// NoTimers is a timers.Provider that drops the timers a DoFn sets: the
+// test calls OnTimer itself, when the watermark would pass them.
+type NoTimers struct{}
+
+// Set drops t.
+func (NoTimers) Set(timers.TimerMap) {}

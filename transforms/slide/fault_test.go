@@ -18,10 +18,6 @@ import (
 	"github.com/topk-dev/topk/transforms/summary"
 )
 
-type noTimers struct{}
-
-func (noTimers) Set(timers.TimerMap) {}
-
 // faultRig drives one partition of a windowsFn (a 1m window of 10 s
 // buckets, one list) through bundles against a statetest.Runner.
 type faultRig struct {
@@ -63,7 +59,7 @@ func (r *faultRig) addSet(b int64, lists map[string]map[string]uint64) error {
 		r.t.Fatal(err)
 	}
 	none := func(beam.EventTime, string, []byte) {}
-	return r.fn.ProcessElement(context.Background(), beam.EventTime(b+1), r.sp, noTimers{}, "p0", set, none, none)
+	return r.fn.ProcessElement(context.Background(), beam.EventTime(b+1), r.sp, statetest.NoTimers{}, "p0", set, none, none)
 }
 
 // bundle runs a bundle of one element (add) that succeeds, and commits
@@ -96,7 +92,7 @@ func (r *faultRig) fireAll(end int64) (map[string]string, error) {
 	}
 	none := func(beam.EventTime, string, []byte) {}
 	tc := timers.Context{Family: r.fn.Slide.Family, Tag: strconv.FormatInt(end, 10)}
-	err := r.fn.OnTimer(context.Background(), beam.EventTime(end), r.sp, noTimers{}, "p0", tc, emit, none)
+	err := r.fn.OnTimer(context.Background(), beam.EventTime(end), r.sp, statetest.NoTimers{}, "p0", tc, emit, none)
 	return got, err
 }
 

@@ -19,10 +19,6 @@ import (
 	"github.com/topk-dev/topk/transforms/users"
 )
 
-type noTimers struct{}
-
-func (noTimers) Set(timers.TimerMap) {}
-
 // Trending by users through bundles that fail at random, as a runner
 // sees them (a state write that fails, or a bundle discarded after the
 // DoFn returned and retried on the same instance, whose in-memory piece
@@ -111,12 +107,12 @@ func TestScoreFnRandomFailures(t *testing.T) {
 			v := binary.BigEndian.AppendUint64([]byte{tagTally}, uint64(at.UnixMilli()))
 			v = append(v, blob...)
 			none := func(beam.EventTime, string, []byte) {}
-			if err := clean.ProcessElement(ctx, cleanSt, noTimers{}, key, v, none); err != nil {
+			if err := clean.ProcessElement(ctx, cleanSt, statetest.NoTimers{}, key, v, none); err != nil {
 				t.Fatal(err)
 			}
 			cleanSt.Commit()
 			attempt(func(emit func(beam.EventTime, string, []byte)) error {
-				return faulty.ProcessElement(ctx, faultySt, noTimers{}, key, v, emit)
+				return faulty.ProcessElement(ctx, faultySt, statetest.NoTimers{}, key, v, emit)
 			})
 		}
 		end := at.Add(bucket).UnixMilli()
@@ -126,13 +122,13 @@ func TestScoreFnRandomFailures(t *testing.T) {
 		// The watermark passes the cadence boundary: the timer fires.
 		tc := timers.Context{Family: clean.Tick.Family, Tag: strconv.FormatInt(end, 10)}
 		want := map[string]string{}
-		err := clean.OnTimer(ctx, cleanSt, noTimers{}, key, tc, func(_ beam.EventTime, k string, js []byte) { want[k] = string(js) })
+		err := clean.OnTimer(ctx, cleanSt, statetest.NoTimers{}, key, tc, func(_ beam.EventTime, k string, js []byte) { want[k] = string(js) })
 		if err != nil {
 			t.Fatal(err)
 		}
 		cleanSt.Commit()
 		got := attempt(func(emit func(beam.EventTime, string, []byte)) error {
-			return faulty.OnTimer(ctx, faultySt, noTimers{}, key, tc, emit)
+			return faulty.OnTimer(ctx, faultySt, statetest.NoTimers{}, key, tc, emit)
 		})
 		if !maps.Equal(got, want) {
 			t.Fatalf("as of %s: with failures %q\nwithout %q", time.UnixMilli(end).UTC().Format(time.TimeOnly), got, want)
