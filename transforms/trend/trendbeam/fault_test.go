@@ -43,38 +43,8 @@ func TestScoreFnRandomFailures(t *testing.T) {
 	const key = "hashtag:global"
 	rng := rand.New(rand.NewPCG(31, 32))
 	failures := map[string]int{}
-	// attempt runs one bundle on faulty until one attempt commits, each
-	// attempt failing at random first, and returns what the committed one
-	// emitted.
 	attempt := func(run func(emit func(beam.EventTime, string, []byte)) error) map[string]string {
-		for {
-			out := map[string]string{}
-			emit := func(_ beam.EventTime, k string, js []byte) { out[k] = string(js) }
-			switch rng.IntN(6) {
-			case 0: // a state write fails
-				failures["write"]++
-				faultySt.FailWrites = 1 + rng.IntN(3)
-				err := run(emit)
-				faultySt.FailWrites = 0
-				faultySt.Abort()
-				if err == nil {
-					failures["write"]-- // fewer writes than that: discarded instead
-					failures["discarded"]++
-				}
-			case 1: // discarded after the DoFn returned
-				failures["discarded"]++
-				if err := run(emit); err != nil {
-					t.Fatal(err)
-				}
-				faultySt.Abort()
-			default:
-				if err := run(emit); err != nil {
-					t.Fatal(err)
-				}
-				faultySt.Commit()
-				return out
-			}
-		}
+		return untilCommitted(t, rng, faultySt, failures, run)
 	}
 	bucket := 10 * time.Second
 	every := cfg.Every.Milliseconds()
@@ -140,6 +110,106 @@ func TestScoreFnRandomFailures(t *testing.T) {
 		}
 	}
 	if scored < 15 || failures["write"] < 30 || failures["discarded"] < 30 {
+		t.Fatalf("%d non-empty trending lists compared, failures %v: the test exercises too little", scored, failures)
+	}
+	t.Logf("failures injected: %v; %d non-empty trending lists compared", failures, scored)
+}
+
+// untilCommitted runs one bundle against st until an attempt commits,
+// each attempt failing at random first (counted in failures): a state
+// write that fails, or the bundle discarded after the DoFn returned. It
+// returns what the committed attempt emitted, by key.
+func untilCommitted(t *testing.T, rng *rand.Rand, st *statetest.Runner, failures map[string]int, run func(emit func(beam.EventTime, string, []byte)) error) map[string]string {
+	t.Helper()
+	for {
+		out := map[string]string{}
+		emit := func(_ beam.EventTime, k string, js []byte) { out[k] = string(js) }
+		switch rng.IntN(6) {
+		case 0: // a state write fails
+			st.FailWrites = 1 + rng.IntN(3)
+			err := run(emit)
+			st.FailWrites = 0
+			st.Abort()
+			if err == nil { // fewer writes than that: discarded instead
+				failures["discarded"]++
+			} else {
+				failures["write"]++
+			}
+		case 1: // discarded after the DoFn returned
+			failures["discarded"]++
+			if err := run(emit); err != nil {
+				t.Fatal(err)
+			}
+			st.Abort()
+		default:
+			if err := run(emit); err != nil {
+				t.Fatal(err)
+			}
+			st.Commit()
+			return out
+		}
+	}
+}
+
+// Trending by events (the 5-minute lists) through the same failures:
+// every trending list of a scope whose item jumps at minute 25 is byte
+// for byte the one a run without failures emits, with lists parked two at
+// a time now and then before their timer fires.
+func TestScoreFnByEventsRandomFailures(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Trend.WarmUp = 10 * time.Minute
+	ctx := context.Background()
+	clean, faulty := newScoreFn(cfg), newScoreFn(cfg)
+	cleanSt, faultySt := statetest.New(), statetest.New()
+	rng := rand.New(rand.NewPCG(41, 42))
+	failures := map[string]int{}
+	const key = "hashtag:IN"
+	var parked []int64 // as_of of the lists parked since the last timer
+	scored := 0
+	for _, l := range listsFrom(t0, 240, 10*time.Second)["IN"] {
+		ms := l.AsOf.UnixMilli()
+		if ms%cfg.Every.Milliseconds() != 0 {
+			continue // byListFn keeps the lists on the cadence
+		}
+		blob, err := schemas.MarshalList(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := append([]byte{tagList}, blob...)
+		none := func(beam.EventTime, string, []byte) {}
+		if err := clean.ProcessElement(ctx, cleanSt, statetest.NoTimers{}, key, v, none); err != nil {
+			t.Fatal(err)
+		}
+		cleanSt.Commit()
+		untilCommitted(t, rng, faultySt, failures, func(emit func(beam.EventTime, string, []byte)) error {
+			return faulty.ProcessElement(ctx, faultySt, statetest.NoTimers{}, key, v, emit)
+		})
+		parked = append(parked, ms)
+		if len(parked) < 2 && rng.IntN(3) == 0 {
+			continue // the watermark waits: the next list parks too
+		}
+		for _, at := range parked { // the timers fire in order
+			tc := timers.Context{Family: clean.Tick.Family, Tag: strconv.FormatInt(at, 10)}
+			want := map[string]string{}
+			if err := clean.OnTimer(ctx, cleanSt, statetest.NoTimers{}, key, tc, func(_ beam.EventTime, k string, js []byte) { want[k] = string(js) }); err != nil {
+				t.Fatal(err)
+			}
+			cleanSt.Commit()
+			got := untilCommitted(t, rng, faultySt, failures, func(emit func(beam.EventTime, string, []byte)) error {
+				return faulty.OnTimer(ctx, faultySt, statetest.NoTimers{}, key, tc, emit)
+			})
+			if !maps.Equal(got, want) {
+				t.Fatalf("timer %s: with failures %q\nwithout %q", time.UnixMilli(at).UTC().Format(time.TimeOnly), got, want)
+			}
+			for _, js := range want {
+				if tl, err := schemas.UnmarshalTrending([]byte(js)); err == nil && len(tl.Items) > 0 {
+					scored++
+				}
+			}
+		}
+		parked = parked[:0]
+	}
+	if scored < 10 || failures["write"] < 10 || failures["discarded"] < 10 {
 		t.Fatalf("%d non-empty trending lists compared, failures %v: the test exercises too little", scored, failures)
 	}
 	t.Logf("failures injected: %v; %d non-empty trending lists compared", failures, scored)
