@@ -100,14 +100,7 @@ func TestScoreFnRandomFailures(t *testing.T) {
 		got := attempt(func(emit func(beam.EventTime, string, []byte)) error {
 			return faulty.OnTimer(ctx, faultySt, statetest.NoTimers{}, key, tc, emit)
 		})
-		if !maps.Equal(got, want) {
-			t.Fatalf("as of %s: with failures %q\nwithout %q", time.UnixMilli(end).UTC().Format(time.TimeOnly), got, want)
-		}
-		for _, js := range want {
-			if tl, err := schemas.UnmarshalTrending([]byte(js)); err == nil && len(tl.Items) > 0 {
-				scored++
-			}
-		}
+		scored += sameTrending(t, end, got, want)
 	}
 	if scored < 15 || failures["write"] < 30 || failures["discarded"] < 30 {
 		t.Fatalf("%d non-empty trending lists compared, failures %v: the test exercises too little", scored, failures)
@@ -198,14 +191,7 @@ func TestScoreFnByEventsRandomFailures(t *testing.T) {
 			got := untilCommitted(t, rng, faultySt, failures, func(emit func(beam.EventTime, string, []byte)) error {
 				return faulty.OnTimer(ctx, faultySt, statetest.NoTimers{}, key, tc, emit)
 			})
-			if !maps.Equal(got, want) {
-				t.Fatalf("timer %s: with failures %q\nwithout %q", time.UnixMilli(at).UTC().Format(time.TimeOnly), got, want)
-			}
-			for _, js := range want {
-				if tl, err := schemas.UnmarshalTrending([]byte(js)); err == nil && len(tl.Items) > 0 {
-					scored++
-				}
-			}
+			scored += sameTrending(t, at, got, want)
 		}
 		parked = parked[:0]
 	}
@@ -213,4 +199,21 @@ func TestScoreFnByEventsRandomFailures(t *testing.T) {
 		t.Fatalf("%d non-empty trending lists compared, failures %v: the test exercises too little", scored, failures)
 	}
 	t.Logf("failures injected: %v; %d non-empty trending lists compared", failures, scored)
+}
+
+// sameTrending fails t unless the trending lists a timer at ms emitted
+// with failures (got) are those emitted without (want), byte for byte, and
+// returns how many of them hold items.
+func sameTrending(t *testing.T, ms int64, got, want map[string]string) int {
+	t.Helper()
+	if !maps.Equal(got, want) {
+		t.Fatalf("timer %s: with failures %q\nwithout %q", time.UnixMilli(ms).UTC().Format(time.TimeOnly), got, want)
+	}
+	n := 0
+	for _, js := range want {
+		if tl, err := schemas.UnmarshalTrending([]byte(js)); err == nil && len(tl.Items) > 0 {
+			n++
+		}
+	}
+	return n
 }
