@@ -417,9 +417,7 @@ func TestMergeEventsIntoEqualsN(t *testing.T) {
 			a, b = random(Config{N: 8 + rng.IntN(64)}, rng.IntN(200)), random(Config{N: 8 + rng.IntN(64)}, rng.IntN(200))
 		}
 		n := 1 + rng.IntN(100)
-		before := [2][]byte{}
-		before[0], _ = a.MarshalBinary()
-		before[1], _ = b.MarshalBinary()
+		unchanged := snapshot(a, b)
 		want, err := MergeEventsN(a, b, n)
 		if err != nil {
 			t.Fatal(err)
@@ -430,9 +428,7 @@ func TestMergeEventsIntoEqualsN(t *testing.T) {
 		if !Equal(&dst, want) {
 			t.Fatalf("round %d (n %d): MergeEventsInto %+v, MergeEventsN %+v", round, n, dst, *want)
 		}
-		after0, _ := a.MarshalBinary()
-		after1, _ := b.MarshalBinary()
-		if !bytes.Equal(before[0], after0) || !bytes.Equal(before[1], after1) {
+		if !unchanged() {
 			t.Fatalf("round %d: an input changed", round)
 		}
 	}
@@ -478,9 +474,7 @@ func TestMergeEventsTopInto(t *testing.T) {
 		n := 1 + rng.IntN(100)
 		limit := []int{0, 1 + rng.IntN(2*n)}[rng.IntN(2)]
 		floor := []uint64{0, 1 + uint64(rng.IntN(40))}[rng.IntN(2)]
-		before := [2][]byte{}
-		before[0], _ = a.MarshalBinary()
-		before[1], _ = b.MarshalBinary()
+		unchanged := snapshot(a, b)
 		if err := MergeEventsInto(&scratch, a, b, n); err != nil {
 			t.Fatal(err)
 		}
@@ -491,14 +485,29 @@ func TestMergeEventsTopInto(t *testing.T) {
 		if !Equal(&got, &want) {
 			t.Fatalf("round %d (n %d, limit %d, floor %d):\n got %+v\nwant %+v", round, n, limit, floor, got, want)
 		}
-		after0, _ := a.MarshalBinary()
-		after1, _ := b.MarshalBinary()
-		if !bytes.Equal(before[0], after0) || !bytes.Equal(before[1], after1) {
+		if !unchanged() {
 			t.Fatalf("round %d: an input changed", round)
 		}
 	}
 	if drops < 100 {
 		t.Fatalf("only %d rounds merged two sides with Drops: the test does not exercise them", drops)
+	}
+}
+
+// snapshot encodes sms and returns a check that they still encode the
+// same: that a merge left its inputs as they were.
+func snapshot(sms ...*Summary) func() bool {
+	before := make([][]byte, len(sms))
+	for i, sm := range sms {
+		before[i], _ = sm.MarshalBinary()
+	}
+	return func() bool {
+		for i, sm := range sms {
+			if after, _ := sm.MarshalBinary(); !bytes.Equal(after, before[i]) {
+				return false
+			}
+		}
+		return true
 	}
 }
 
