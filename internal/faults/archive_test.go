@@ -3,6 +3,8 @@ package faults
 import (
 	"context"
 	"fmt"
+	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,10 +21,12 @@ import (
 // published event_id must be in the archive afterwards (the exact path
 // dedupes, so a message written twice is allowed; it is counted in the
 // table), because the archiver acknowledges a message only once its files
-// are durable.
+// are durable. Then its Pub/Sub (it reads through a proxy) is cut for 20 s
+// while more events are published: it must keep running and archive them
+// all once Pub/Sub is back.
 func TestArchiverKilled(t *testing.T) {
 	if testing.Short() {
-		t.Skip("-short: the archiver kill -9 fault takes about 90 s (a killed archiver's messages come back after the 60 s ack deadline)")
+		t.Skip("-short: the archiver kill -9 and Pub/Sub faults take about 3 minutes (a killed archiver's messages come back after the 60 s ack deadline)")
 	}
 	t.Parallel() // mostly waiting: runs beside the other parallel fault
 	rep := &report{t: t}
@@ -36,7 +40,14 @@ func TestArchiverKilled(t *testing.T) {
 	sub := pubsubx.SubscriptionName(project, name)
 	root := t.TempDir()
 	bin := buildBinary(t, "./pipelines/archive")
-	args := []string{"--root=" + root, "--pubsub_endpoint=" + psAddr, "--subscription=" + sub, "--topic=" + name, "--flush_every=300ms"}
+	// The archiver reaches Pub/Sub through a proxy, cut in the second
+	// phase (the test publishes to Pub/Sub directly).
+	px, err := NewProxy(psAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(px.Close)
+	args := []string{"--root=" + root, "--pubsub_endpoint=" + px.Addr(), "--subscription=" + sub, "--topic=" + name, "--flush_every=300ms"}
 	start := func() *job { return startJob(t, bin, nil, args) }
 
 	pc, err := pubsubx.NewClient(ctx, project, psAddr)
@@ -82,8 +93,52 @@ func TestArchiverKilled(t *testing.T) {
 	const fault = "archiver kill -9 twice mid-hour"
 	// What a killed archiver had pulled and not acknowledged comes back
 	// after the subscription's 60 s ack deadline.
-	var missing, dups int
-	for end := lastKill.Add(80 * time.Second); ; time.Sleep(300 * time.Millisecond) {
+	missing, dups := waitArchived(t, root, events, first, last, lastKill.Add(80*time.Second))
+	rep.add(fault, "the archive holds every published event_id", missing == 0,
+		"%d events published over 20 s: %d missing, %d written twice (the exact path dedupes them); complete %.0f s after the last kill",
+		len(events), missing, dups, time.Since(lastKill).Seconds())
+
+	// Second phase: the archiver's Pub/Sub is cut for 20 s while 500 more
+	// events are published. It must keep running, and once Pub/Sub is back
+	// archive them all (what it pulled just before the cut and could not
+	// acknowledge comes back after the ack deadline: written twice at
+	// most).
+	const outage = "archiver's Pub/Sub cut 20 s"
+	var more []schemas.Event
+	for i := range 500 {
+		more = append(more, schemas.Event{EventID: fmt.Sprint("b", i), Type: "video", Item: fmt.Sprint("v_", i%37), User: fmt.Sprint("w_", i)})
+	}
+	if err := publishEvents(ctx, pc, pubsubx.TopicName(project, name), more[:20], 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // pulled by the streaming pull, not yet acknowledged (flush_every 300 ms)
+	conns := px.Cut()
+	cut := time.Now()
+	if err := publishEvents(ctx, pc, pubsubx.TopicName(project, name), more[20:], 10*time.Second, 0); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20*time.Second - time.Since(cut))
+	alive := job.cmd.ProcessState == nil && job.cmd.Process.Signal(syscall.Signal(0)) == nil
+	rep.add(outage, "the archiver keeps running", alive && conns > 0,
+		"%s; %d of its connections cut (0: the proxy is not in its path)",
+		map[bool]string{true: "still running after 20 s without Pub/Sub", false: "the archiver exited:\n" + job.tail()}[alive], conns)
+	if err := px.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	back := time.Now()
+	all := append(slices.Clone(events), more...)
+	missing, dups = waitArchived(t, root, all, first, time.Now().UTC(), back.Add(90*time.Second))
+	rep.add(outage, "the archive holds every published event_id", missing == 0,
+		"%d more events, published during the cut: %d of all %d missing, %d written twice; complete %.0f s after Pub/Sub returned",
+		len(more), missing, len(all), dups, time.Since(back).Seconds())
+}
+
+// waitArchived reads the archive's hours from first to last until it holds
+// every event_id of events or the deadline passes, and returns how many
+// are missing and how many rows are second copies.
+func waitArchived(t *testing.T, root string, events []schemas.Event, first, last, deadline time.Time) (missing, dups int) {
+	t.Helper()
+	for ; ; time.Sleep(300 * time.Millisecond) {
 		seen := map[string]int{}
 		for h := first.Truncate(time.Hour); !h.After(last); h = h.Add(time.Hour) {
 			rows, err := archive.ReadHour(root, h)
@@ -103,11 +158,8 @@ func TestArchiverKilled(t *testing.T) {
 				dups += n - 1
 			}
 		}
-		if missing == 0 || time.Now().After(end) {
-			break
+		if missing == 0 || time.Now().After(deadline) {
+			return missing, dups
 		}
 	}
-	rep.add(fault, "the archive holds every published event_id", missing == 0,
-		"%d events published over 20 s: %d missing, %d written twice (the exact path dedupes them); complete %.0f s after the last kill",
-		len(events), missing, dups, time.Since(lastKill).Seconds())
 }

@@ -38,13 +38,16 @@ import (
 // items and give each its exact distinct users in count_5m: the scorer's
 // state dies with the process too and is rebuilt from the replay. Then the
 // log's Bigtable is cut for 15 s while more events arrive: the job must keep
-// running and count them once Bigtable is back. Services: Pub/Sub at
+// running and count them once Bigtable is back; and last its Pub/Sub (the
+// job reads it through a proxy) is cut for 20 s while more are published:
+// the same, once Pub/Sub is back, with no beacon it pulled before the cut
+// and acked too late counted twice. Services: Pub/Sub at
 // PUBSUB_EMULATOR_HOST (the official emulator in CI) or an in-process pstest
 // (it lives in this process, so it outlives the killed job), Bigtable as in
 // the rest of the suite, a private redis-server.
 func TestFastPathKilled(t *testing.T) {
 	if testing.Short() {
-		t.Skip("-short: the kill -9 and Bigtable faults take about 4 minutes")
+		t.Skip("-short: the kill -9, Bigtable and Pub/Sub faults take about 4 minutes")
 	}
 	t.Parallel() // mostly waiting: runs beside the other parallel fault
 	rep := &report{t: t}
@@ -54,6 +57,13 @@ func TestFastPathKilled(t *testing.T) {
 
 	psAddr, psWhere := pubsubEnv(t)
 	btEnv, btWhere := bigtableEnv(t)
+	// The job reaches Pub/Sub through a proxy too, cut in phase 4 (the
+	// test publishes to Pub/Sub directly).
+	psProxy, err := NewProxy(psAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(psProxy.Close)
 	// The job reaches Bigtable through a proxy the test cuts (a Bigtable
 	// outage in phase 3).
 	btProxy, err := NewProxy(strings.TrimPrefix(btEnv[0], "BIGTABLE_EMULATOR_HOST="))
@@ -83,7 +93,7 @@ func TestFastPathKilled(t *testing.T) {
 	instance := fmt.Sprintf("killed%d", time.Now().UnixNano())
 	args := []string{
 		"--source=pubsub:" + pubsubx.SubscriptionName(project, name),
-		"--pubsub_endpoint=" + psAddr,
+		"--pubsub_endpoint=" + psProxy.Addr(),
 		"--redis=" + rs.Addr(), "--types=video", "--scopes=false", "--rules=none",
 		"--bigtable_project=topk-test", "--bigtable_instance=" + instance,
 		// Trending lists from the first minute (no 20-minute warm-up), so
@@ -231,25 +241,81 @@ func TestFastPathKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	back := time.Now()
-	var last *schemas.List
-	var under, over, missing int
-	var exactAt time.Duration
-	for end := back.Add(120 * time.Second); time.Now().Before(end) && exactAt == 0; time.Sleep(500 * time.Millisecond) {
+	last, under, over, missing, exactAt := waitExact(ctx, st, k, exact, back, 120*time.Second)
+	if last == nil {
+		rep.add(outage, "1h list exact once Bigtable is back", false, "no 1h list within 120 s of its return; log:\n%s", job.tail())
+	} else {
+		rep.add(outage, "1h list exact once Bigtable is back", exactAt > 0,
+			"%d more events during the outage: list as of %s: %d under-counted, %d over-counted, %d missing; %s after its return",
+			len(third), last.AsOf.Format("15:04:05"), under, over, missing, exactAfter(exactAt))
+	}
+
+	// Phase 4: the job's Pub/Sub goes away for 20 s while events are
+	// published (to Pub/Sub itself, which keeps them): the job's connections
+	// are closed and new ones refused, so its pulls and acks fail or wait
+	// in the client's own retries; a message it pulled just before the cut
+	// and could not ack in time comes again after its 10 s ack deadline.
+	// The job must neither stop, nor count a redelivered beacon twice (the
+	// event_id dedupe), nor lose one.
+	const psOutage = "job's Pub/Sub cut 20 s"
+	var fourth []schemas.Event
+	for i := range 10 {
+		item := fmt.Sprintf("v_%d", 2*i+1)
+		for j := range 30 {
+			fourth = append(fourth, schemas.Event{EventID: fmt.Sprintf("%s-cut-%d", item, j), Type: "video", Item: item, User: fmt.Sprintf("x_%d_%d", i, j)})
+		}
+		exact[item] += 30
+	}
+	// A beacon in flight as the cut comes: published just before it, pulled
+	// perhaps, acked not.
+	if err := publishEvents(ctx, pc, topic, fourth[:20], 0, 1); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // pulled (every 200 ms when idle), its ack a second later
+	logBefore := len(job.logText())
+	conns := psProxy.Cut()
+	cut = time.Now()
+	if err := publishEvents(ctx, pc, topic, fourth[20:], 10*time.Second, 10); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20*time.Second - time.Since(cut))
+	alive = job.cmd.ProcessState == nil && job.cmd.Process.Signal(syscall.Signal(0)) == nil
+	during := job.logText()[logBefore:]
+	pulls, acks := strings.Count(during, "pubsub pull"), strings.Count(during, "pubsub ack")
+	rep.add(psOutage, "the job keeps running", alive, "%s", map[bool]string{true: "still running after 20 s without Pub/Sub", false: "the job exited:\n" + job.tail()}[alive])
+	// The fault must have reached the job: only the job dials Pub/Sub
+	// through the proxy.
+	rep.add(psOutage, "the cut reached the job", conns > 0,
+		"%d of the job's connections cut (0: the proxy is not in its path); %d pulls and %d acks failed after the client's retries (its log)", conns, pulls, acks)
+	if err := psProxy.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	back = time.Now()
+	last, under, over, missing, exactAt = waitExact(ctx, st, k, exact, back, 150*time.Second)
+	if last == nil {
+		rep.add(psOutage, "1h list exact once Pub/Sub is back", false, "no 1h list within 150 s of its return; log:\n%s", job.tail())
+		return
+	}
+	rep.add(psOutage, "1h list exact once Pub/Sub is back", exactAt > 0,
+		"%d more events (every 10th beacon twice): list as of %s: %d under-counted, %d over-counted, %d missing; %s after its return",
+		len(fourth), last.AsOf.Format("15:04:05"), under, over, missing, exactAfter(exactAt))
+}
+
+// waitExact polls list k until a version as of after from counts exact
+// exactly, or d passes; it returns the last list as of after from (nil:
+// none), its differences from exact, and how long after from it became
+// exact (0: never).
+func waitExact(ctx context.Context, st *liststore.Store, k schemas.ListKey, exact map[string]uint64, from time.Time, d time.Duration) (last *schemas.List, under, over, missing int, exactAt time.Duration) {
+	for end := from.Add(d); time.Now().Before(end) && exactAt == 0; time.Sleep(500 * time.Millisecond) {
 		l, err := st.CurrentList(ctx, k)
-		if err == nil && l != nil && l.AsOf.After(back) {
+		if err == nil && l != nil && l.AsOf.After(from) {
 			last = l
 			if under, over, missing = compareCounts(l, exact); under == 0 && over == 0 && missing == 0 {
-				exactAt = time.Since(back)
+				exactAt = time.Since(from)
 			}
 		}
 	}
-	if last == nil {
-		rep.add(outage, "1h list exact once Bigtable is back", false, "no 1h list within 120 s of its return; log:\n%s", job.tail())
-		return
-	}
-	rep.add(outage, "1h list exact once Bigtable is back", exactAt > 0,
-		"%d more events during the outage: list as of %s: %d under-counted, %d over-counted, %d missing; %s after its return",
-		len(third), last.AsOf.Format("15:04:05"), under, over, missing, exactAfter(exactAt))
+	return last, under, over, missing, exactAt
 }
 
 // exactAfter says when a list became exact: "exact N s", or "never exact"
@@ -413,6 +479,12 @@ func (j *job) kill() {
 		j.cmd.Process.Kill()
 		j.cmd.Wait()
 	}
+}
+
+// logText is the job's whole log so far.
+func (j *job) logText() string {
+	b, _ := os.ReadFile(j.log)
+	return string(b)
 }
 
 // tail is the last 4 KB of the job's log.

@@ -53,11 +53,13 @@ import (
 //     beacon answered 202 reaches a subscriber; every other answer is a 503
 //     with Retry-After, never a connection closed without an answer.
 //   - The fast path killed with SIGKILL at three moments while events
-//     arrive, and its recovery log's Bigtable cut for 15 s
-//     (TestFastPathKilled, fastpath_test.go): the lists count every event
-//     exactly once after the last start and after Bigtable returns.
-//   - The archiver killed with SIGKILL twice mid-hour (TestArchiverKilled,
-//     archive_test.go): the archive holds every published event_id.
+//     arrive, its recovery log's Bigtable cut for 15 s, then its Pub/Sub
+//     cut for 20 s (TestFastPathKilled, fastpath_test.go): the job keeps
+//     running through both cuts, and the lists count every event exactly
+//     once after the last start and after each service returns.
+//   - The archiver killed with SIGKILL twice mid-hour, then its Pub/Sub
+//     cut for 20 s (TestArchiverKilled, archive_test.go): it keeps
+//     running, and the archive holds every published event_id.
 
 type row struct{ fault, check, found string }
 
@@ -452,7 +454,7 @@ func newPubSub(t *testing.T) *pubsubUnderTest {
 	}
 	t.Cleanup(px.Close)
 	return &pubsubUnderTest{addr: px.Addr(), what: "pstest behind a cut proxy (no gcloud SDK: an outage, not a restart)",
-		down: px.Cut, up: func() {
+		down: func() { px.Cut() }, up: func() {
 			if err := px.Restore(); err != nil {
 				t.Fatal(err)
 			}

@@ -89,8 +89,9 @@ func (p *Proxy) forward(c net.Conn) {
 	done()
 }
 
-// Cut closes the listener and every open connection.
-func (p *Proxy) Cut() {
+// Cut closes the listener and every open connection, and returns how many
+// client connections it closed.
+func (p *Proxy) Cut() (closed int) {
 	p.mu.Lock()
 	ln := p.ln
 	p.ln = nil
@@ -104,6 +105,7 @@ func (p *Proxy) Cut() {
 		c.Close()
 	}
 	p.wg.Wait()
+	return len(conns) / 2 // each forwarded connection is a client and a backend conn
 }
 
 // Restore listens again on the same address.

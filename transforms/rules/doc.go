@@ -115,7 +115,13 @@
 // it on the same instance, the Filter has seen the bundle's event_ids and
 // keys, and can take the retried events for duplicates or repeats: an
 // under-count of that bundle. Prism never retries (a failed bundle ends
-// the job, and the next run's Filter is new). Telling a re-processed
-// delivery from a second one needs the delivery's identity (the Pub/Sub
-// message id), which the sources do not pass on yet.
+// the job, and the next run's Filter is new). The delivery's identity (the
+// Pub/Sub message id) would not tell the two apart: a message whose bundle
+// was discarded comes again with the same id, as does one whose bundle
+// committed but whose ack came too late (which must not count again).
+// What separates them is whether the first bundle committed: a Filter
+// whose changes wait for that (bundle finalization, which the Go SDK loses
+// after a plan's first bundle: see transforms/source), or dedupe in Beam
+// state keyed by event_id, which commits with the bundle at the price of
+// a shuffle of every event.
 package rules
