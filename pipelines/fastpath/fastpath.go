@@ -183,6 +183,9 @@ func Build(s beam.Scope, cfg Config) error {
 		cfg.Source.File.Slack = need
 	}
 	beacons, srcDead := source.Read(s, cfg.Source, cfg.SourceOpts)
+	// A runner's retry of a discarded bundle is told from a duplicate by
+	// its beacon where the source delivers each beacon once.
+	cfg.Preagg.BeaconsOnce = source.BeaconsOnce(cfg.Source, cfg.SourceOpts)
 	return buildFrom(s, beacons, srcDead, cfg)
 }
 

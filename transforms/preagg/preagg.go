@@ -81,8 +81,8 @@
 // rules.Config.FilterMaxBytes whatever the events; the fast path's
 // defaults (DefaultRules) are sized for several instances per worker: 2^15
 // event_ids per 30 s dedupe bucket over a 3 min horizon (7 sets) and 2^15
-// (user, type, item) keys per 1 h rule window (2 tables), 26.6 MiB per
-// instance (the rules package's own defaults take 173 MiB). That dedupes
+// (user, type, item) keys per 1 h rule window (2 tables), 28.4 MiB per
+// instance (the rules package's own defaults take 187 MiB). That dedupes
 // every event up to about 1,090 events/s per instance, and applies repeats
 // and caps to the 16,384 to 32,768 most recently active keys of each hour
 // (two generations: a long tail of one-off keys ages out instead of
@@ -198,6 +198,14 @@ type Config struct {
 	// not even the event_id dedupe. Start from DefaultRules, whose stream
 	// state is sized for the fast path.
 	Rules *rules.Config
+	// BeaconsOnce says the source delivers each beacon_id once, except
+	// when a runner retries a bundle it discarded (Dataflow's Pub/Sub read
+	// with the beacon_id id attribute; the recovery log on other runners):
+	// then an event seen again in a new delivery of its beacon is that
+	// retry and gets its first verdict again, rather than being dropped as
+	// a duplicate (rules.Filter.RetriesByBeacon). False for sources that
+	// may deliver a beacon twice (a file, a subscription without the log).
+	BeaconsOnce bool
 	// UsersTop, when > 0, makes ApplyWithUsers emit distinct-users tallies
 	// (users.Tally) per (list, bucket) and flush: a sketch of every (user,
 	// item) pair counted, and the users of the UsersTop biggest items by
@@ -213,8 +221,8 @@ type Config struct {
 
 // DefaultRules is rules.DefaultConfig with the stream state scaled down for
 // several pre-aggregation instances per worker: 2^15 event_ids per dedupe
-// bucket and 2^15 keys per rule window, 26.6 MiB per instance
-// (rules.Config.FilterMaxBytes) instead of 173 MiB.
+// bucket and 2^15 keys per rule window, 28.4 MiB per instance
+// (rules.Config.FilterMaxBytes) instead of 187 MiB.
 func DefaultRules() rules.Config {
 	c := rules.DefaultConfig()
 	c.MaxIDs = 1 << 15
@@ -368,6 +376,7 @@ func newPreaggFn(cfg Config) (*preaggFn, error) {
 		Scopes:      cfg.Scopes,
 		UsersTop:    cfg.UsersTop,
 		MaxPairs:    cfg.MaxPairs,
+		BeaconsOnce: cfg.BeaconsOnce,
 	}
 	if fn.MaxPairs == 0 {
 		fn.MaxPairs = 1 << 20
@@ -418,6 +427,10 @@ var (
 	rulesUnchecked = beam.NewCounter("topk", "rules_unchecked")
 	rulesUntracked = beam.NewCounter("topk", "rules_untracked")
 	rulesForgotten = beam.NewCounter("topk", "rules_forgotten")
+	// rulesRedelivered counts the events of a beacon delivered again (a
+	// runner's retry of a discarded bundle) that got their first verdict
+	// again (Config.BeaconsOnce).
+	rulesRedelivered = beam.NewCounter("topk", "rules_redelivered")
 )
 
 func newReasonCounters() (cs [rules.NumReasons]beam.Counter) {
@@ -452,6 +465,7 @@ type preaggFn struct {
 	// was built (what the lists carry).
 	Rules        *rules.Config
 	RulesVersion string
+	BeaconsOnce  bool
 
 	filter   *rules.Filter // nil without rules
 	cfg      summary.Config
@@ -539,6 +553,7 @@ func (fn *preaggFn) Setup() error {
 			slog.Warn("preagg: the rule files changed since the job was built; lists carry the old version", "built", fn.RulesVersion, "now", v)
 		}
 		fn.filter = r.NewFilter()
+		fn.filter.RetriesByBeacon(fn.BeaconsOnce)
 	}
 	return nil
 }
@@ -557,6 +572,7 @@ func (fn *preaggFn) ProcessElement(ctx context.Context, et beam.EventTime, beaco
 	clock := int64(et)
 	if fn.filter != nil {
 		fn.filter.Advance(now)
+		fn.filter.Beacon(r.BeaconID())
 	}
 	var e schemas.Event
 	for r.Next(&e) { // hot path: once per event
@@ -1022,6 +1038,9 @@ func (fn *preaggFn) FinishBundle(ctx context.Context, emit, tallies func(beam.Ev
 		}
 		if st.Forgotten > 0 {
 			rulesForgotten.Inc(ctx, int64(st.Forgotten))
+		}
+		if st.Redelivered > 0 {
+			rulesRedelivered.Inc(ctx, int64(st.Redelivered))
 		}
 		stagemetrics.RulesUnverified(st.Unchecked, st.Untracked, st.Forgotten)
 	}

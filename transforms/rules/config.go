@@ -143,7 +143,7 @@ func (c Config) FilterMaxBytes() int {
 	if c.stateful() {
 		keys = ceilDiv(c.DedupeHorizon.Milliseconds(), c.Window.Milliseconds()) + 1
 	}
-	return ids*tableBytes[struct{}](c.MaxIDs, c.MaxIDs*idArenaBytes) +
+	return ids*tableBytes[seenID](c.MaxIDs, c.MaxIDs*idArenaBytes) +
 		keys*keyWindowBytes(c.MaxKeys)
 }
 

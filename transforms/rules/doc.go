@@ -81,7 +81,7 @@
 // switching the repeat and cap rules off for the rest of the hour; a
 // dropped key that comes back starts afresh (Stats.Forgotten: at most Cap
 // more events per forgotten key, again an over-count only). So a Filter's memory is at most
-// Filter.MaxBytes whatever the events (173 MiB at the defaults: 7 sets of
+// Filter.MaxBytes whatever the events (187 MiB at the defaults: 7 sets of
 // 2^18 event_ids, 2 tables of 2^17 keys; a
 // spam wave of a million junk keys or accounts fills tables, it does not
 // grow them), and Rules' memory is the files' size.
@@ -113,15 +113,25 @@
 // runner discards a bundle the SDK finished (Dataflow, on a failed commit:
 // a record may then go through a transform more than once) and retries
 // it on the same instance, the Filter has seen the bundle's event_ids and
-// keys, and can take the retried events for duplicates or repeats: an
-// under-count of that bundle. Prism never retries (a failed bundle ends
-// the job, and the next run's Filter is new). The delivery's identity (the
-// Pub/Sub message id) would not tell the two apart: a message whose bundle
-// was discarded comes again with the same id, as does one whose bundle
-// committed but whose ack came too late (which must not count again).
-// What separates them is whether the first bundle committed: a Filter
-// whose changes wait for that (bundle finalization, which the Go SDK loses
-// after a plan's first bundle: see transforms/source), or dedupe in Beam
-// state keyed by event_id, which commits with the bundle at the price of
-// a shuffle of every event.
+// keys. Telling that retry from a duplicate needs to know whether the
+// first bundle committed, which a DoFn is not told (bundle finalization is
+// lost after a plan's first bundle in the Go SDK: see transforms/source),
+// or a delivery identity the source keeps unique. The beacon is that
+// identity where the source delivers each beacon_id once (Dataflow's
+// native Pub/Sub read deduplicates by the beacon_id attribute; so does the
+// recovery log on the other runners): with Filter.RetriesByBeacon, which
+// the fast path turns on there (preagg.Config.BeaconsOnce), each
+// remembered event_id keeps the beacon and the delivery that brought it
+// and the verdict it got, and the same event in a later delivery of the
+// same beacon gets that verdict again without changing any state
+// (Stats.Redelivered), so the retried bundle counts what the discarded
+// one would have; in another beacon it is a duplicate, as before. The
+// retry meets what the discarded bundle left in the key tables (the key's
+// latest events, its count towards the cap) only through those verdicts.
+// (A message id would not do: a message whose bundle was discarded comes
+// again with the same id, as does one whose bundle committed but whose ack
+// came too late, which must not count again.) Where the source may deliver
+// a beacon twice (a file, a subscription read without the log) the option
+// is off and a retried bundle on the same instance is under-counted; no
+// runner here retries one (Prism ends the job on a failed bundle).
 package rules

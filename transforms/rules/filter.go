@@ -123,6 +123,11 @@ type Stats struct {
 	// such a key comes back in the same rule window its repeats and cap
 	// start afresh, an over-count of at most Cap events per forgotten key.
 	Forgotten uint64
+	// Redelivered events came again in a new delivery of the beacon that
+	// first brought them (a runner retrying a bundle it discarded; only
+	// with RetriesByBeacon): each got its first delivery's verdict again
+	// (counted in Events under it) and changed no state.
+	Redelivered uint64
 }
 
 // Filter is the whole rule set for a stream: the event_id dedupe, the
@@ -147,13 +152,27 @@ type Filter struct {
 	// until it is called.
 	maxID, maxKey int64
 
+	// byBeacon is RetriesByBeacon's setting; beacon (the hash of its id, 0
+	// for none) and delivery identify the beacon being checked (Beacon).
+	byBeacon         bool
+	beacon, delivery uint32
+
 	buf   []byte
 	stats Stats
 }
 
 type idBucket struct {
 	epoch int64
-	t     *table[struct{}]
+	t     *table[seenID]
+}
+
+// seenID is what the dedupe remembers of an event_id: the beacon (32 bits
+// of its id's hash: a duplicate in another beacon is taken for a retry, and
+// counted again, with probability 2^-32) and the delivery that brought it
+// first, and the verdict it got (see RetriesByBeacon). 12 bytes an entry.
+type seenID struct {
+	beacon, delivery uint32
+	reason           Reason
 }
 
 // keyWindow is one rule window's (user, type, item) state: two
@@ -253,7 +272,7 @@ func (r *Rules) NewFilter() *Filter {
 // MaxBytes is the most memory the Filter's tables take, whatever the
 // events: the bound behind "memory does not grow with a spam wave".
 func (f *Filter) MaxBytes() int {
-	id := tableBytes[struct{}](f.maxIDs, f.maxIDs*idArenaBytes)
+	id := tableBytes[seenID](f.maxIDs, f.maxIDs*idArenaBytes)
 	return len(f.ids)*id + len(f.keys)*keyWindowBytes(f.maxKeys)
 }
 
@@ -302,6 +321,36 @@ func (f *Filter) Advance(now time.Time) {
 	f.maxKey = floorDiv(ms, f.windowMs)
 }
 
+// RetriesByBeacon tells the Filter that its source delivers each
+// beacon_id once, except when a runner retries a bundle it discarded after
+// the Filter had seen it (Dataflow, after a failed commit, may run the same
+// input again on the same worker): Dataflow's native Pub/Sub read
+// deduplicates messages by their beacon_id attribute, and the recovery
+// log does on the other runners. Then an event_id seen before in an
+// earlier delivery of a beacon with the same id is that retry, not a
+// duplicate: it gets the verdict its first delivery got, and changes no
+// state (Stats.Redelivered), so the retried bundle counts what the
+// discarded one did. Without it (the default, right for sources that may
+// deliver a beacon twice: a file, a subscription read without the log) a
+// Filter that saw a discarded bundle takes its retry for duplicates: an
+// under-count of that bundle. An event_id seen in a beacon with another
+// id, in the same delivery, or in a beacon without an id is a duplicate
+// either way.
+func (f *Filter) RetriesByBeacon(on bool) { f.byBeacon = on }
+
+// Beacon tells the Filter that the events it checks next come from one
+// delivery of the beacon with this id ("" for none): call it once per
+// beacon, with Advance. Only RetriesByBeacon uses it.
+//
+// hot path: once per beacon.
+func (f *Filter) Beacon(id string) {
+	f.beacon = 0
+	if id != "" {
+		f.beacon = uint32(xxhash.Sum64String(id)>>32) | 1 // never 0, which is none
+	}
+	f.delivery++
+}
+
 // Rules is the Filter's stateless rule set.
 func (f *Filter) Rules() *Rules { return f.r }
 
@@ -315,13 +364,35 @@ func (f *Filter) Rules() *Rules { return f.r }
 func (f *Filter) Check(e *schemas.Event) (weight float64, reason Reason) {
 	ts := e.TS.UnixMilli()
 	idh := xxhash.Sum64String(e.EventID)
-	if f.duplicate(e.EventID, idh, ts) {
-		f.stats.Events[Duplicate]++
-		return 0, Duplicate
+	seen, found := f.seen(e.EventID, idh, ts)
+	if found {
+		if !f.byBeacon || f.beacon == 0 || seen.beacon != f.beacon || seen.delivery == f.delivery {
+			f.stats.Events[Duplicate]++
+			return 0, Duplicate
+		}
+		// A redelivery of the beacon that brought it first: that verdict
+		// again, with no rule state changed (the first delivery changed
+		// it); only the delivery moves on, so that a second copy of the
+		// event in this delivery is a duplicate, as it was in the first.
+		f.stats.Redelivered++
+		seen.delivery = f.delivery
+		r := seen.reason
+		if r == OK {
+			weight, r = f.r.Check(e) // the weight (and a rule reloaded since)
+		}
+		f.stats.Events[r]++
+		if r != OK {
+			return 0, r
+		}
+		f.stats.Weight += weight
+		return weight, OK
 	}
 	w, r := f.r.Check(e)
 	if r == OK && f.stateful && e.User != "" {
 		r = f.step(e, ts, idh)
+	}
+	if seen != nil {
+		*seen = seenID{beacon: f.beacon, delivery: f.delivery, reason: r}
 	}
 	f.stats.Events[r]++
 	if r != OK {
@@ -331,31 +402,32 @@ func (f *Filter) Check(e *schemas.Event) (weight float64, reason Reason) {
 	return w, OK
 }
 
-// duplicate reports whether id was seen before in its event-time bucket,
-// and remembers it.
-func (f *Filter) duplicate(id string, h uint64, ts int64) bool {
+// seen looks id up in its event-time bucket's set: found reports whether it
+// was there; v is its entry (added when new), nil when it cannot be
+// remembered (Stats.Unchecked).
+func (f *Filter) seen(id string, h uint64, ts int64) (v *seenID, found bool) {
 	ep := floorDiv(ts, f.bucketMs)
 	if ep > f.maxID {
 		f.stats.Unchecked++
-		return false
+		return nil, false
 	}
 	b := &f.ids[floorMod(ep, int64(len(f.ids)))]
 	switch {
 	case b.t == nil:
-		b.t = newTable[struct{}](f.maxIDs, f.maxIDs*idArenaBytes)
+		b.t = newTable[seenID](f.maxIDs, f.maxIDs*idArenaBytes)
 		b.epoch = ep
 	case ep > b.epoch:
 		b.t.reset()
 		b.epoch = ep
 	case ep < b.epoch:
 		f.stats.Unchecked++
-		return false
+		return nil, false
 	}
-	_, found, ok := b.t.getString(id, h)
+	v, found, ok := b.t.getString(id, h)
 	if !ok {
 		f.stats.Unchecked++
 	}
-	return found
+	return v, found
 }
 
 // step applies the repeat and cap rules with e's key state.

@@ -329,6 +329,71 @@ func TestFilterDedupe(t *testing.T) {
 	}
 }
 
+// Property: with RetriesByBeacon, an event_id met again in a new delivery
+// of the beacon that brought it gets its first verdict (whichever rule
+// gave it) and changes no state; met in a beacon with another id, in the
+// same delivery, in a beacon without an id, or with the option off, it is
+// a duplicate.
+func TestFilterRetriesByBeacon(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Cap = 2
+	// u_1 posts v_1 four times, 40 s apart (past the repeat gap): the
+	// cap (2) drops the last two; then once 5 s later: a repeat.
+	var events []schemas.Event
+	for i := range 4 {
+		events = append(events, ev(fmt.Sprint("c", i), "video", "v_1", "u_1", t0.Add(time.Duration(i)*40*time.Second)))
+	}
+	events = append(events, ev("r", "video", "v_1", "u_1", t0.Add(125*time.Second)))
+	want := []Reason{OK, OK, Capped, Capped, Repeat}
+	deliver := func(f *Filter, beacon string) []Reason {
+		f.Advance(t0.Add(2 * time.Minute))
+		f.Beacon(beacon)
+		var got []Reason
+		for i := range events {
+			_, why := f.Check(&events[i])
+			got = append(got, why)
+		}
+		return got
+	}
+	all := func(r Reason) []Reason { return slices.Repeat([]Reason{r}, len(events)) }
+	f := mustNew(t, cfg).NewFilter()
+	f.RetriesByBeacon(true)
+	for i, step := range []struct {
+		beacon string
+		want   []Reason
+	}{
+		{"b1", want},
+		{"b1", want},           // retried
+		{"b1", want},           // and again: still the first verdicts
+		{"b2", all(Duplicate)}, // the same events in another beacon
+		{"", all(Duplicate)},   // in a beacon without an id
+		{"b1", want},           // b1 once more: its verdicts, not b2's
+	} {
+		if got := deliver(f, step.beacon); !slices.Equal(got, step.want) {
+			t.Fatalf("delivery %d (beacon %q): %v, want %v", i, step.beacon, got, step.want)
+		}
+	}
+	if st := f.TakeStats(); st.Redelivered != 3*uint64(len(events)) {
+		t.Errorf("Redelivered %d, want %d", st.Redelivered, 3*len(events))
+	}
+	// An event twice in one delivery is a duplicate, on the retry too.
+	f.Beacon("b1")
+	if _, why := f.Check(&events[0]); why != OK {
+		t.Fatalf("c0 redelivered: %v, want ok", why)
+	}
+	if _, why := f.Check(&events[0]); why != Duplicate {
+		t.Fatalf("c0 twice in one delivery: %v, want duplicate", why)
+	}
+	// Off (the default): a retry is a duplicate.
+	off := mustNew(t, cfg).NewFilter()
+	if got := deliver(off, "b1"); !slices.Equal(got, want) {
+		t.Fatalf("first delivery without the option: %v, want %v", got, want)
+	}
+	if got := deliver(off, "b1"); !slices.Equal(got, all(Duplicate)) {
+		t.Fatalf("retry without the option: %v, want duplicates", got)
+	}
+}
+
 // Property: the exact-key table never matches two different keys, even
 // when every key has the same hash.
 func TestTableNoFalseMatch(t *testing.T) {

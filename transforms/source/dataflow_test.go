@@ -6,7 +6,10 @@ import (
 	"testing"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph"
+	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/runners/dataflow"
+	"google.golang.org/protobuf/proto"
 )
 
 // TestDataflowDryRun: with Runner "dataflow" the Pub/Sub source is Beam's
@@ -32,6 +35,27 @@ func TestDataflowDryRun(t *testing.T) {
 	beam.ParDo(s, deadLetterKeyFn, dead)
 	if _, err := dataflow.Execute(context.Background(), p); err != nil {
 		t.Fatalf("dataflow dry run: %v", err)
+	}
+	// The native read deduplicates by the beacon_id attribute (what makes
+	// BeaconsOnce true there) and stamps from "ts".
+	edges, _, err := p.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var read *pipepb.PubSubReadPayload
+	for _, e := range edges {
+		if e.Op == graph.External && e.Payload != nil && e.Payload.URN == pubsubReadURN {
+			read = &pipepb.PubSubReadPayload{}
+			if err := proto.Unmarshal(e.Payload.Data, read); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if read == nil || read.GetIdAttribute() != BeaconAttribute || read.GetTimestampAttribute() != TSAttribute || read.GetSubscription() != "projects/p/subscriptions/views-fast" {
+		t.Fatalf("native read payload %v, want the subscription, id attribute %q and timestamp attribute %q", read, BeaconAttribute, TSAttribute)
+	}
+	if !BeaconsOnce(spec, Options{Runner: RunnerDataflow}) || BeaconsOnce(spec, Options{Runner: "prism"}) {
+		t.Error("BeaconsOnce: want true on Dataflow, false on Prism without the recovery log")
 	}
 
 	// idle_stop cannot be honoured by the native read: refused at construction.

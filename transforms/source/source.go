@@ -10,7 +10,8 @@
 // pubsub:projects/P/subscriptions/S — unbounded. One message is one beacon,
 // passed through unchanged. On Dataflow (Options.Runner "dataflow") this is
 // Dataflow's native read (the transform Beam's pubsubio.Read adds; see
-// dataflowRead) with timestamp attribute "ts". On every other
+// dataflowRead) with timestamp attribute "ts" and id attribute
+// "beacon_id" (Dataflow delivers a beacon published twice once). On every other
 // runner (Prism, Flink, any portable job server) it is this package's
 // splittable DoFn, modelled on Beam's io/natsio: an unbounded restriction per
 // reader, unary Pull (not StreamingPull, which the in-process fake serves at
@@ -208,6 +209,18 @@ func (o Options) Validate() error {
 
 func (o Options) dataflow() bool { return strings.EqualFold(o.Runner, RunnerDataflow) }
 
+// BeaconsOnce reports whether the source spec with opts delivers each
+// beacon_id at most once, except when a runner retries a bundle it
+// discarded: a Pub/Sub subscription read by Dataflow's native read (which
+// deduplicates messages by their beacon_id attribute: dataflowRead) or
+// with the recovery log (which does the same). The pre-aggregation then
+// tells a retried event from a duplicate by its beacon
+// (preagg.Config.BeaconsOnce). Both key on the attribute and the counting
+// on the beacon's own id: they must be the same, as ingest makes them.
+func BeaconsOnce(spec Spec, opts Options) bool {
+	return spec.Kind == KindPubsub && (opts.dataflow() || opts.RecoveryLog.Enabled())
+}
+
 // Validate reports what Read would reject: spec.Validate, opts.Validate, and
 // their combination (idle_stop cannot be honoured by Dataflow's native read).
 func Validate(spec Spec, opts Options) error {
@@ -281,9 +294,12 @@ func Read(s beam.Scope, spec Spec, opts Options) (beacons, deadLetters beam.PCol
 const pubsubReadURN = "beam:transform:pubsub_read:v1"
 
 // dataflowRead is Beam's io/pubsubio.Read(s, project, ReadOptions{
-// Subscription, TimestampAttribute: "ts"}): the same external transform,
-// which only Dataflow implements, giving a PCollection<[]byte> of payloads
-// stamped from the "ts" attribute (Unix ms) or the publish time. pubsubio
+// Subscription, TimestampAttribute: "ts", IDAttribute: "beacon_id"}): the
+// same external transform, which only Dataflow implements, giving a
+// PCollection<[]byte> of payloads stamped from the "ts" attribute (Unix
+// ms) or the publish time, a beacon published twice (ingest's retry after
+// an ambiguous publish) delivered once (Dataflow deduplicates messages by
+// the id attribute). pubsubio
 // itself cannot be imported here: it imports
 // google.golang.org/genproto/googleapis/pubsub/v1, which the genproto this
 // module pins no longer has (apache/beam#40018).
@@ -292,6 +308,7 @@ func dataflowRead(s beam.Scope, subscription string) beam.PCollection {
 	payload := &pipepb.PubSubReadPayload{
 		Subscription:       subscription,
 		TimestampAttribute: TSAttribute,
+		IdAttribute:        BeaconAttribute,
 	}
 	out := beam.External(s, pubsubReadURN, protox.MustEncode(payload), nil,
 		[]beam.FullType{typex.New(reflectx.ByteSlice)}, false)
