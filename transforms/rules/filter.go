@@ -335,7 +335,11 @@ func (f *Filter) Advance(now time.Time) {
 // Filter that saw a discarded bundle takes its retry for duplicates: an
 // under-count of that bundle. An event_id seen in a beacon with another
 // id, in the same delivery, or in a beacon without an id is a duplicate
-// either way.
+// either way. An event whose id the dedupe could not remember
+// (Stats.Unchecked: its set was full) is judged afresh on a retry, against
+// a key state that holds its discarded delivery too: its repeat verdict is
+// the same (a key's own stamp is never its predecessor), but its key's
+// count towards the cap holds it twice, so a key at its cap can lose it.
 func (f *Filter) RetriesByBeacon(on bool) { f.byBeacon = on }
 
 // Beacon tells the Filter that the events it checks next come from one
