@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"sort"
 	"time"
 
@@ -72,7 +73,13 @@ func (s *Server) refillRemovals(ctx context.Context, why string) ([]liststore.Re
 	s.state.mu.Lock()
 	s.state.needRefill = false
 	s.state.mu.Unlock()
-	s.log.Warn("removals refilled from bigtable into redis", "why", why, "removals", len(all))
+	// At start a refill is routine (Info); later it means Redis lost its
+	// deny set (Warn).
+	level := slog.LevelWarn
+	if why == "start" {
+		level = slog.LevelInfo
+	}
+	s.log.Log(ctx, level, "removals refilled from bigtable into redis", "why", why, "removals", len(all))
 	return all, nil
 }
 
