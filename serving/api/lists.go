@@ -520,6 +520,11 @@ func (s *Server) setRemovals(all []liststore.Removal) {
 }
 
 func (s *Server) redisFailed(op string, err error) {
+	if errors.Is(err, context.Canceled) {
+		// The server stopping (these calls run on its context), not Redis
+		// failing: no error counted, no outage logged.
+		return
+	}
 	s.metrics.redisErrors.WithLabelValues(op).Inc()
 	s.state.mu.Lock()
 	was := s.state.redisOK

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/topk-dev/topk/internal/svctest"
@@ -207,4 +208,32 @@ func TestRedisStoppedMidTest(t *testing.T) {
 		l := decodeList(t, b)
 		return l.Version == 2 && !l.Stale
 	})
+}
+
+// Property: a Redis call cut short by the server's own shutdown (its
+// context cancelled) is not a Redis failure: no error counted, Redis not
+// marked unreachable; a real error is both.
+func TestRedisFailedIgnoresShutdown(t *testing.T) {
+	e := newEnv(t, nil).start(t)
+	errs := func() float64 {
+		var m dto.Metric
+		if err := e.srv.metrics.redisErrors.WithLabelValues("current").Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m.GetCounter().GetValue()
+	}
+	reachable := func() bool {
+		e.srv.state.mu.Lock()
+		defer e.srv.state.mu.Unlock()
+		return e.srv.state.redisOK
+	}
+	e.srv.redisWorked()
+	e.srv.redisFailed("current", fmt.Errorf("current video:global:1h: %w", context.Canceled))
+	if n, ok := errs(), reachable(); n != 0 || !ok {
+		t.Fatalf("after a cancelled call: %v errors counted, reachable %v; want 0, true", n, ok)
+	}
+	e.srv.redisFailed("current", fmt.Errorf("current video:global:1h: %w", net.ErrClosed))
+	if n, ok := errs(), reachable(); n != 1 || ok {
+		t.Fatalf("after a failed call: %v errors counted, reachable %v; want 1, false", n, ok)
+	}
 }
