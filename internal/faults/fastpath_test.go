@@ -256,7 +256,8 @@ func TestFastPathKilled(t *testing.T) {
 	// in the client's own retries; a message it pulled just before the cut
 	// and could not ack in time comes again after its 10 s ack deadline.
 	// The job must neither stop, nor count a redelivered beacon twice (the
-	// event_id dedupe), nor lose one.
+	// recovery log knows its beacon_id; the event_id dedupe is behind it),
+	// nor lose one.
 	const psOutage = "job's Pub/Sub cut 20 s"
 	var fourth []schemas.Event
 	for i := range 10 {
@@ -266,8 +267,8 @@ func TestFastPathKilled(t *testing.T) {
 		}
 		exact[item] += 30
 	}
-	// A beacon in flight as the cut comes: published just before it, pulled
-	// perhaps, acked not.
+	// A beacon in flight as the cut comes: published (twice) just before
+	// it, pulled perhaps, acked not.
 	if err := publishEvents(ctx, pc, topic, fourth[:20], 0, 1); err != nil {
 		t.Fatal(err)
 	}
