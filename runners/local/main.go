@@ -510,6 +510,24 @@ func (c Config) loadTypes() []string {
 	return c.Types
 }
 
+// loadMessage is beacon k of g as a Pub/Sub message with the attributes
+// ingest sets: "ts" (its event time, Unix ms) and "beacon_id", the
+// beacon's own id. That id is unique per run (the generator's seed): the
+// recovery log deduplicates by it, and an id an earlier run used (the
+// load once numbered its beacons local-0, local-1, ... in every run) was
+// taken for that run's beacon, so a run started within the log's horizon
+// of another lost its first beacons.
+func loadMessage(g *source.Generator, k int64, now time.Time) (*pubsub.Message, int, error) {
+	b, events, err := g.Beacon(k, now)
+	if err != nil {
+		return nil, 0, err
+	}
+	return &pubsub.Message{Data: slices.Clone(b), Attributes: map[string]string{
+		source.TSAttribute:     strconv.FormatInt(now.UnixMilli(), 10),
+		source.BeaconAttribute: g.BeaconID(k),
+	}}, events, nil
+}
+
 // publishLoad publishes synthetic beacons (source.Generator: Zipf items of
 // every type, named per type, from Countries countries and their regions)
 // at cfg.Rate events/s, event time = now, until ctx ends, and waits for
@@ -539,12 +557,11 @@ func publishLoad(ctx context.Context, pub *pubsub.Publisher, cfg Config, n *atom
 			continue
 		}
 		next = next.Add(period)
-		b, events, err := g.Beacon(k, now)
+		msg, events, err := loadMessage(g, k, now)
 		if err != nil {
 			return err
 		}
-		results = append(results, pub.Publish(ctx, &pubsub.Message{Data: slices.Clone(b),
-			Attributes: map[string]string{"ts": strconv.FormatInt(now.UnixMilli(), 10), "beacon_id": "local-" + strconv.FormatInt(k, 10)}}))
+		results = append(results, pub.Publish(ctx, msg))
 		k++
 		n.Add(int64(events))
 		if len(results) >= 256 {

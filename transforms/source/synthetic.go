@@ -302,6 +302,21 @@ func mix(seed uint64, k int64, salt uint64) uint64 {
 	return z ^ (z >> 31)
 }
 
+// BeaconID is beacon k's beacon_id, "s<seed>-<k>": unique per seed, so a
+// publisher that sets it as the message's beacon_id attribute (as ingest
+// does) never reuses an earlier run's ids, which the recovery log and
+// Dataflow's read would take for that run's beacons.
+func (g *Generator) BeaconID(k int64) string {
+	return string(appendBeaconID(nil, g.spec.Seed, k))
+}
+
+func appendBeaconID(dst []byte, seed uint64, k int64) []byte {
+	dst = append(dst, 's')
+	dst = strconv.AppendUint(dst, seed, 10)
+	dst = append(dst, '-')
+	return strconv.AppendInt(dst, k, 10)
+}
+
 // Beacon returns beacon k in the binary format with event time now, and its
 // number of events. The bytes are valid until the next call.
 //
@@ -332,10 +347,7 @@ func (g *Generator) Beacon(k int64, now time.Time) ([]byte, int, error) {
 	b := &g.beacon
 	b.Events = b.Events[:n]
 	idStart := len(a)
-	a = append(a, 's')
-	a = strconv.AppendUint(a, sp.Seed, 10)
-	a = append(a, '-')
-	a = strconv.AppendInt(a, k, 10)
+	a = appendBeaconID(a, sp.Seed, k)
 	b.BeaconID = view(a, idStart)
 	types := sp.Types
 	for j := range b.Events {
