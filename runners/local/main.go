@@ -474,8 +474,12 @@ loop:
 	if st.Lists, err = lists.Keys(bg); err != nil {
 		return st, err
 	}
-	fmt.Fprintf(out, "stopped %.1fs after the load: drained %d of %d published events into the fast path (%d list versions published, 1m lag p50 %.1fs p99 %.1fs); archived %d events in %d files; %d hours recounted\n",
-		time.Since(stopAt).Seconds(), r.rep.Events, st.Published, r.rep.Lists, p50/1000, p99/1000, as.Events, as.Files, len(rc.hours))
+	drained := fmt.Sprintf("drained %d of %d published events into the fast path", r.rep.Events, st.Published)
+	if pcfg.SourceOpts.RecoveryLog.Enabled() {
+		drained = fmt.Sprintf("drained %d events into the fast path (the %d this run published, and what the recovery log replayed of earlier runs' last hour)", r.rep.Events, st.Published)
+	}
+	fmt.Fprintf(out, "stopped %.1fs after the load: %s (%d list versions published, 1m lag p50 %.1fs p99 %.1fs); archived %d events in %d files; %d hours recounted\n",
+		time.Since(stopAt).Seconds(), drained, r.rep.Lists, p50/1000, p99/1000, as.Events, as.Files, len(rc.hours))
 	if r.err != nil {
 		return st, r.err
 	}
