@@ -410,8 +410,12 @@ func (fn *scoreFn) OnTimer(ctx context.Context, sp state.Provider, tp timers.Pro
 		}
 	}
 	var fresh map[int64]*users.Tally
+	var panes []int64 // by users: the panes in Tallies, read once a round
 	if byUsers {
 		if fresh, err = fn.unitePieces(ctx, sp, key); err != nil {
+			return err
+		}
+		if panes, _, err = fn.Tallies.Keys(sp); err != nil {
 			return err
 		}
 	}
@@ -419,7 +423,7 @@ func (fn *scoreFn) OnTimer(ctx context.Context, sp state.Provider, tp timers.Pro
 		var in trend.Input
 		rules := fn.Rules
 		if byUsers {
-			if in, err = fn.usersInput(ctx, sp, time.UnixMilli(ms), fresh); err != nil {
+			if in, err = fn.usersInput(ctx, sp, time.UnixMilli(ms), panes, fresh); err != nil {
 				return fmt.Errorf("trend %s: %w", key, err)
 			}
 		} else {
@@ -464,7 +468,7 @@ func (fn *scoreFn) OnTimer(ctx context.Context, sp state.Provider, tp timers.Pro
 	}
 	if byUsers {
 		// The next list (upTo + Every) needs buckets from upTo + Every - 5m.
-		if err := fn.dropTallies(sp, upTo+fn.EveryMs-window5m); err != nil {
+		if err := fn.dropTallies(sp, panes, upTo+fn.EveryMs-window5m); err != nil {
 			return err
 		}
 	}
@@ -598,15 +602,12 @@ func (fn *scoreFn) unitePieces(ctx context.Context, sp state.Provider, key strin
 }
 
 // usersInput is the scorer's input for the 5 minutes before asOf from the
-// panes' tallies: each item's distinct trusted users, over the list's
-// distinct (user, item) pairs. A pane in fresh (unitePieces' result) is
-// taken from there, not decoded; it is used up.
-func (fn *scoreFn) usersInput(ctx context.Context, sp state.Provider, asOf time.Time, fresh map[int64]*users.Tally) (trend.Input, error) {
+// panes' tallies (keys: the panes Tallies holds): each item's distinct
+// trusted users, over the list's distinct (user, item) pairs. A pane in
+// fresh (unitePieces' result) is taken from there, not decoded; it is used
+// up.
+func (fn *scoreFn) usersInput(ctx context.Context, sp state.Provider, asOf time.Time, keys []int64, fresh map[int64]*users.Tally) (trend.Input, error) {
 	to := asOf.UnixMilli()
-	keys, _, err := fn.Tallies.Keys(sp)
-	if err != nil {
-		return trend.Input{}, err
-	}
 	// The fresh panes (decoded already) first, then the others from their
 	// bytes with the cut to MaxItems (UniteTop: only items that can make
 	// it get an entry).
@@ -647,12 +648,9 @@ func (fn *scoreFn) usersInput(ctx context.Context, sp state.Provider, asOf time.
 // mod is a mod b in [0, b) for negative a too.
 func mod(a, b int64) int64 { return (a%b + b) % b }
 
-// dropTallies removes the panes before from.
-func (fn *scoreFn) dropTallies(sp state.Provider, from int64) error {
-	keys, _, err := fn.Tallies.Keys(sp)
-	if err != nil {
-		return err
-	}
+// dropTallies removes the panes (of keys, those Tallies holds) before
+// from.
+func (fn *scoreFn) dropTallies(sp state.Provider, keys []int64, from int64) error {
 	for _, b := range keys {
 		if b < from {
 			if err := fn.Tallies.Remove(sp, b); err != nil {
