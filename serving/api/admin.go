@@ -86,7 +86,7 @@ func (s *Server) handleRemovals(w http.ResponseWriter, r *http.Request) error {
 			}
 		}
 		if err := s.store.PutRemoval(r.Context(), rem); err != nil {
-			s.metrics.redisErrors.WithLabelValues("removals").Inc()
+			s.redisError("removals", err)
 			if s.cfg.Removals == nil {
 				return fmt.Errorf("%w: storing the removal failed: %v", errUnavailable, err)
 			}
@@ -140,7 +140,7 @@ func (s *Server) handleRemovals(w http.ResponseWriter, r *http.Request) error {
 		existed, err := s.store.DeleteRemoval(r.Context(), req.Type, req.Item)
 		existed = existed || durable
 		if err != nil {
-			s.metrics.redisErrors.WithLabelValues("removals").Inc()
+			s.redisError("removals", err)
 			return fmt.Errorf("%w: deleting the removal failed: %v", errUnavailable, err)
 		}
 		if !existed {
@@ -156,7 +156,7 @@ func (s *Server) handleRemovals(w http.ResponseWriter, r *http.Request) error {
 		if s.cfg.Removals != nil {
 			all, err = s.durableRemovals(r.Context())
 		} else if all, err = s.store.Removals(r.Context()); err != nil {
-			s.metrics.redisErrors.WithLabelValues("removals").Inc()
+			s.redisError("removals", err)
 		}
 		if err != nil {
 			return fmt.Errorf("%w: reading removals failed: %v", errUnavailable, err)

@@ -160,7 +160,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) error {
 	cancel()
 	dedupe := err == nil
 	if err != nil {
-		s.metrics.redisErrors.WithLabelValues("dedupe").Inc()
+		s.redisError("dedupe", err)
 		s.log.Warn("dedupe unavailable, publishing without it", "beacon_id", id, "err", err)
 	} else if !claimed {
 		return s.answerRetry(w, r, key, id)
@@ -189,7 +189,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) error {
 			// pctx may have expired: release the claim on a context of its own.
 			dctx, dcancel := context.WithTimeout(context.WithoutCancel(r.Context()), time.Second)
 			if derr := s.rc.Del(dctx, key).Err(); derr != nil {
-				s.metrics.redisErrors.WithLabelValues("dedupe").Inc()
+				s.redisError("dedupe", derr)
 			}
 			dcancel()
 		}
@@ -203,7 +203,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) error {
 		err := s.rc.Set(sctx, key, out, s.cfg.DedupeTTL).Err()
 		scancel()
 		if err != nil {
-			s.metrics.redisErrors.WithLabelValues("dedupe").Inc()
+			s.redisError("dedupe", err)
 			s.log.Warn("dedupe: could not record a published beacon", "beacon_id", id, "err", err)
 		}
 	}

@@ -519,13 +519,22 @@ func (s *Server) setRemovals(all []liststore.Removal) {
 	s.metrics.removals.Set(float64(len(all)))
 }
 
+// redisError counts a failed Redis operation, unless its context was
+// cancelled: the server stopping, or a request whose client went away, is
+// not Redis failing.
+func (s *Server) redisError(op string, err error) {
+	if !errors.Is(err, context.Canceled) {
+		s.metrics.redisErrors.WithLabelValues(op).Inc()
+	}
+}
+
 func (s *Server) redisFailed(op string, err error) {
 	if errors.Is(err, context.Canceled) {
 		// The server stopping (these calls run on its context), not Redis
 		// failing: no error counted, no outage logged.
 		return
 	}
-	s.metrics.redisErrors.WithLabelValues(op).Inc()
+	s.redisError(op, err)
 	s.state.mu.Lock()
 	was := s.state.redisOK
 	s.state.redisOK = false

@@ -39,8 +39,11 @@ func (s *Server) lookupTitles(ctx context.Context, l *schemas.List) map[string]c
 		items[i] = l.Items[i].Item
 	}
 	info, err := s.titles.Get(ctx, l.Type, items)
+	if errors.Is(err, context.Canceled) {
+		return nil // the server stopping (or the reader gone), not Redis failing
+	}
 	if err != nil {
-		s.metrics.redisErrors.WithLabelValues("catalogue").Inc()
+		s.redisError("catalogue", err)
 		s.log.Warn("catalogue lookup failed: serving ids without titles", "list", l.Key().String(), "err", err)
 		return nil
 	}
@@ -95,7 +98,7 @@ func (s *Server) handleCatalogue(w http.ResponseWriter, r *http.Request) error {
 		return errorf(http.StatusBadRequest, "%v (%d records before it were loaded)", err, n)
 	}
 	if err != nil {
-		s.metrics.redisErrors.WithLabelValues("catalogue").Inc()
+		s.redisError("catalogue", err)
 		return fmt.Errorf("%w: loading the catalogue failed after %d records: %v", errUnavailable, n, err)
 	}
 	s.rehydrate(r.Context(), "")
@@ -156,12 +159,12 @@ func (s *Server) handleRollback(w http.ResponseWriter, r *http.Request) error {
 	if r.Method != http.MethodPost {
 		held, err := s.store.Versions(r.Context(), k)
 		if err != nil {
-			s.metrics.redisErrors.WithLabelValues("versions").Inc()
+			s.redisError("versions", err)
 			return fmt.Errorf("%w: reading versions failed: %v", errUnavailable, err)
 		}
 		ptrs, err := s.store.Pointers(r.Context(), []schemas.ListKey{k})
 		if err != nil {
-			s.metrics.redisErrors.WithLabelValues("versions").Inc()
+			s.redisError("versions", err)
 			return fmt.Errorf("%w: reading the pointer failed: %v", errUnavailable, err)
 		}
 		if held == nil {
@@ -179,7 +182,7 @@ func (s *Server) handleRollback(w http.ResponseWriter, r *http.Request) error {
 	case errors.Is(err, liststore.ErrVersionNotHeld):
 		return errorf(http.StatusNotFound, "v%d of %s is not held in Redis (GET /v1/admin/rollback?type=%s&scope=%s&window=%s lists the held versions)", req.Version, k.String(), k.Type, k.Scope, k.Window)
 	case err != nil:
-		s.metrics.redisErrors.WithLabelValues("rollback").Inc()
+		s.redisError("rollback", err)
 		return fmt.Errorf("%w: rollback failed: %v", errUnavailable, err)
 	}
 	s.log.Warn("audit: list rolled back", "list", k.String(), "from", from, "to", req.Version,

@@ -212,15 +212,24 @@ func TestRedisStoppedMidTest(t *testing.T) {
 
 // Property: a Redis call cut short by the server's own shutdown (its
 // context cancelled) is not a Redis failure: no error counted, Redis not
-// marked unreachable; a real error is both.
+// marked unreachable; a real error is both. The same for a catalogue
+// lookup.
 func TestRedisFailedIgnoresShutdown(t *testing.T) {
 	e := newEnv(t, nil).start(t)
-	errs := func() float64 {
+	errsOf := func(op string) float64 {
 		var m dto.Metric
-		if err := e.srv.metrics.redisErrors.WithLabelValues("current").Write(&m); err != nil {
+		if err := e.srv.metrics.redisErrors.WithLabelValues(op).Write(&m); err != nil {
 			t.Fatal(err)
 		}
 		return m.GetCounter().GetValue()
+	}
+	errs := func() float64 { return errsOf("current") }
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	l := &schemas.List{Type: "video", Scope: "global", Window: schemas.Window1h, Items: []schemas.Entry{{Item: "v_1", Count: 1}}}
+	e.srv.lookupTitles(cancelled, l)
+	if n := errsOf("catalogue"); n != 0 {
+		t.Fatalf("a cancelled catalogue lookup counted %v Redis errors, want 0", n)
 	}
 	reachable := func() bool {
 		e.srv.state.mu.Lock()
