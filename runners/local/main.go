@@ -234,7 +234,16 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Stats, error) {
 	if err != nil {
 		return Stats{}, err
 	}
-	defer rconn.Close()
+	// A fast path not waited for at the end still publishes until the
+	// process exits: Redis stays open for it then (closing it made each of
+	// its last publishes log a failure; cancelling the job makes Prism log
+	// its bundles as failed).
+	abandoned := false
+	defer func() {
+		if !abandoned {
+			rconn.Close()
+		}
+	}()
 	lists := liststore.New(rconn.Client, liststore.Options{})
 	redisKind := "REDIS_ADDR"
 	if rconn.Embedded != nil {
@@ -455,6 +464,7 @@ loop:
 		}
 		fmt.Fprintf(out, "stopped %.1fs after the load: the archiver drained all it was sent (%d events archived in %d files this run, %d of them late); the fast path was not waited for (%d 1m list versions published; its windows live in memory and end with the process)\n",
 			time.Since(stopAt).Seconds(), as.Events, as.Files, as.LateEvents, lag.Count())
+		abandoned = true
 		return Stats{Published: published.Load()}, archErr
 	}
 	if archErr != nil {
