@@ -1,6 +1,7 @@
 package preagg
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -13,6 +14,7 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/mtime"
 
 	"github.com/topk-dev/topk/schemas"
+	"github.com/topk-dev/topk/transforms/rules"
 )
 
 // retryStream is a stream that exercises every stateful rule: beacons of
@@ -106,6 +108,11 @@ func runRetried(t *testing.T, beaconsOnce, retried bool, beacons []schemas.Beaco
 func TestRetriedBundleCountsOnce(t *testing.T) {
 	beacons := retryStream()
 	clean, cleanUsers := runRetried(t, false, false, beacons)
+	// The reference is the rules' definition, recounted exactly; the
+	// stream arrives in canonical order, so the filter must match it.
+	if want := recountRules(t, beacons); !maps.Equal(clean, want) {
+		t.Fatalf("without retries counted %v, the definition %v", clean, want)
+	}
 	if got, _ := runRetried(t, true, false, beacons); !maps.Equal(got, clean) {
 		t.Fatalf("BeaconsOnce without retries counted %v, want %v (as without it)", got, clean)
 	}
@@ -140,4 +147,52 @@ func TestRetriedBundleCountsOnce(t *testing.T) {
 		t.Errorf("retried bundles without BeaconsOnce counted %d, want fewer than %d (the under-count the option exists for)", lostTotal, total)
 	}
 	t.Logf("%d beacons, %d events: %d counted without retries and with retried bundles (BeaconsOnce); %d with retried bundles without it", len(beacons), events, total, lostTotal)
+}
+
+// recountRules counts beacons' events by the rules' definition, as the
+// exact recount does (rules package doc): duplicates by event_id dropped,
+// Rules.Check, then Judge.Step on each (user, type, item, rule window)'s
+// events in canonical order (event time in ms, then IDHash). Counts are
+// keyed as the harness keys them.
+func recountRules(t *testing.T, beacons []schemas.Beacon) map[string]uint64 {
+	t.Helper()
+	rc := DefaultRules()
+	r, err := rules.New(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	var events []schemas.Event
+	for _, b := range beacons {
+		for _, e := range b.Events {
+			if !seen[e.EventID] {
+				seen[e.EventID] = true
+				events = append(events, e)
+			}
+		}
+	}
+	slices.SortFunc(events, func(a, b schemas.Event) int {
+		if c := cmp.Compare(a.TS.UnixMilli(), b.TS.UnixMilli()); c != 0 {
+			return c
+		}
+		return cmp.Compare(rules.IDHash(a.EventID), rules.IDHash(b.EventID))
+	})
+	judge := rc.Judge()
+	keys := map[string]*rules.KeyState{}
+	out := map[string]uint64{}
+	for i := range events {
+		e := &events[i]
+		if _, why := r.Check(e); why != rules.OK {
+			continue
+		}
+		ms := e.TS.UnixMilli()
+		k := fmt.Sprint(e.User, "/", e.Type, "/", e.Item, "/", rc.WindowStart(ms))
+		if keys[k] == nil {
+			keys[k] = &rules.KeyState{}
+		}
+		if judge.Step(keys[k], ms, rules.IDHash(e.EventID)) == rules.OK {
+			out[e.Type+"/global/"+e.Item]++
+		}
+	}
+	return out
 }
