@@ -97,7 +97,9 @@
 //	     reasons. A beacon_id seen within Config.DedupeTTL is acknowledged
 //	     without publishing again (Redis SET NX; while the first attempt is
 //	     in flight a retry gets 409 with Retry-After). If Redis is down the
-//	     beacon is published without deduplication (at least once). When
+//	     beacon is published without deduplication (at least once); a
+//	     client gone before the claim gets nothing published (it has no
+//	     202 and sends the beacon again). When
 //	     Pub/Sub does not acknowledge within Config.PublishTimeout (10 s; an
 //	     outage, a restarting emulator, a missing topic) the answer is 503
 //	     with Retry-After: the publish timeout is at most the HTTP write

@@ -159,6 +159,14 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) error {
 	claimed, err := s.rc.SetNX(dctx, key, pendingMark, pendingTTL).Result()
 	cancel()
 	dedupe := err == nil
+	if err != nil && r.Context().Err() != nil {
+		// The client went away before its beacon was claimed: it has no
+		// 202, so it sends the beacon again, and publishing this one
+		// unclaimed would only hand the downstream dedupe a duplicate.
+		// Not a Redis failure: nothing is counted against Redis or logged.
+		s.metrics.beacons.WithLabelValues("abandoned").Inc()
+		return fmt.Errorf("%w: the client went away before the beacon was claimed; nothing was published", errUnavailable)
+	}
 	if err != nil {
 		s.redisError("dedupe", err)
 		s.log.Warn("dedupe unavailable, publishing without it", "beacon_id", id, "err", err)

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -177,6 +179,45 @@ func TestIngestAcksOnlyAfterPublish(t *testing.T) {
 		t.Fatalf("%d messages stored, want 1 (the retried beacon)", len(msgs))
 	}
 	checkMessage(t, msgs[0].Data, msgs[0].Attributes, "fail-1", c2)
+}
+
+// Property: a beacon whose client went away before it was claimed is not
+// published (the client, without a 202, sends it again: publishing it
+// unclaimed would only add a duplicate), is counted as abandoned and not
+// as a Redis error, leaves no claim behind, and its retry publishes once.
+func TestIngestClientGoneBeforeClaim(t *testing.T) {
+	e := newEnv(t, nil).start(t)
+	c := beaconBody("gone-1", time.Now())
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // the client is gone before the handler claims the beacon
+	req := httptest.NewRequestWithContext(ctx, "POST", "/v1/events", strings.NewReader(c.body))
+	req.Header.Set("Content-Type", "application/json")
+	rec := httptest.NewRecorder()
+	e.srv.Handler().ServeHTTP(rec, req)
+	if rec.Code != http.StatusServiceUnavailable {
+		t.Fatalf("answer %d %s, want 503", rec.Code, rec.Body)
+	}
+	if n := len(e.fake.Srv.Messages()); n != 0 {
+		t.Fatalf("%d messages published for an abandoned beacon, want 0", n)
+	}
+	if n := counterValue(t, e.srv.metrics.beacons.WithLabelValues("abandoned")); n != 1 {
+		t.Fatalf("abandoned beacons %v, want 1", n)
+	}
+	if n := counterValue(t, e.srv.metrics.redisErrors.WithLabelValues("dedupe")); n != 0 {
+		t.Fatalf("dedupe redis errors %v, want 0: the client's cancel is not Redis failing", n)
+	}
+	if n, err := e.rc.Exists(context.Background(), e.srv.dedupeKey("gone-1")).Result(); err != nil || n != 0 {
+		t.Fatalf("claim left behind: exists=%d err=%v", n, err)
+	}
+	resp, b := e.do(t, "POST", "/v1/events", jsonHdr, c.body)
+	if r := decodeReply(t, b); resp.StatusCode != 202 || r.Duplicate {
+		t.Fatalf("retry: %d %s", resp.StatusCode, b)
+	}
+	if msgs := e.fake.Srv.Messages(); len(msgs) != 1 {
+		t.Fatalf("%d messages after the retry, want 1", len(msgs))
+	} else {
+		checkMessage(t, msgs[0].Data, msgs[0].Attributes, "gone-1", c)
+	}
 }
 
 // The same contract against the official Pub/Sub emulator (CI starts it and

@@ -63,7 +63,7 @@ func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
 			Name: "topk_serving_ingest_events_total", Help: "Events received by POST /v1/events, by result (accepted, rejected, bot).",
 		}, []string{"result"}),
 		beacons: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "topk_serving_ingest_beacons_total", Help: "Beacons received, by result (published, duplicate, in_flight, invalid, failed, bot).",
+			Name: "topk_serving_ingest_beacons_total", Help: "Beacons received, by result (published, duplicate, in_flight, invalid, failed, bot, abandoned: the client went away before the beacon was claimed, nothing published).",
 		}, []string{"result"}),
 		publishTime: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "topk_serving_pubsub_publish_seconds", Help: "Time from publish to Pub/Sub's acknowledgement.",
