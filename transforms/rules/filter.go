@@ -24,7 +24,11 @@ type KeyState struct {
 	// judged against the event just before it.
 	recent [keyRecent]stamp
 	n      uint8
-	count  uint32 // events counted
+	// counted and repeat hold, bit i for recent[i], the verdict Step gave
+	// that event (counted; a repeat; neither: capped), so that the same
+	// event judged again gets it again and changes nothing (see Step).
+	counted, repeat uint8
+	count           uint32 // events counted
 }
 
 // keyRecent is how many of a key's latest events a KeyState keeps.
@@ -76,6 +80,19 @@ func (c Config) WindowStart(tsMs int64) int64 {
 // event is called a repeat only if the definition's own predecessor is at
 // least as close.
 //
+// The same event again (its time and id hash among the key's kept
+// events) gets the verdict it got the first time and changes nothing. The
+// definition never meets it (the recount drops duplicate event_ids
+// first), nor does a Filter whose dedupe remembered the event_id; a
+// Filter meets it when it could not (Stats.Unchecked) and the event comes
+// again: a runner retrying a bundle the Filter had seen (judged afresh,
+// its key's cap count would hold it twice, and a key at its cap would
+// lose an event the retried bundle must count: an under-count), or a
+// duplicate the dedupe missed (it counts again, as any unchecked
+// duplicate does, without taking a second place under the cap). Once the
+// key has kept four later events the first verdict is forgotten and the
+// event is judged afresh.
+//
 // hot path: once per event.
 func (j Judge) Step(k *KeyState, tsMs int64, idHash uint64) Reason {
 	e := stamp{tsMs, idHash}
@@ -84,22 +101,46 @@ func (j Judge) Step(k *KeyState, tsMs int64, idHash uint64) Reason {
 	for i < int(k.n) && !k.recent[i].less(e) {
 		i++
 	}
-	repeat := j.gap > 0 && i < int(k.n) && tsMs-k.recent[i].ts < j.gap
-	if i < keyRecent && (i == 0 || k.recent[i-1] != e) {
+	if i > 0 && k.recent[i-1] == e {
+		bit := uint8(1) << (i - 1)
+		switch {
+		case k.counted&bit != 0:
+			return OK
+		case k.repeat&bit != 0:
+			return Repeat
+		}
+		return Capped
+	}
+	verdict := OK
+	switch {
+	case j.gap > 0 && i < int(k.n) && tsMs-k.recent[i].ts < j.gap:
+		verdict = Repeat
+	case j.cap > 0 && k.count >= j.cap:
+		verdict = Capped
+	default:
+		k.count++
+	}
+	if i < keyRecent {
 		copy(k.recent[i+1:], k.recent[i:])
 		k.recent[i] = e
 		if k.n < keyRecent {
 			k.n++
 		}
+		k.counted = insertBit(k.counted, i, verdict == OK)
+		k.repeat = insertBit(k.repeat, i, verdict == Repeat)
 	}
-	if repeat {
-		return Repeat
+	return verdict
+}
+
+// insertBit inserts v as bit i of m, moving bits i and above up one (the
+// top one of keyRecent falls off), as Step inserts a stamp into recent.
+func insertBit(m uint8, i int, v bool) uint8 {
+	low := uint8(1)<<i - 1
+	m = (m & low) | (m&^low)<<1
+	if v {
+		m |= 1 << i
 	}
-	if j.cap > 0 && k.count >= j.cap {
-		return Capped
-	}
-	k.count++
-	return OK
+	return m & (1<<keyRecent - 1)
 }
 
 // Stats are a Filter's counts since the last TakeStats.
@@ -336,10 +377,10 @@ func (f *Filter) Advance(now time.Time) {
 // under-count of that bundle. An event_id seen in a beacon with another
 // id, in the same delivery, or in a beacon without an id is a duplicate
 // either way. An event whose id the dedupe could not remember
-// (Stats.Unchecked: its set was full) is judged afresh on a retry, against
-// a key state that holds its discarded delivery too: its repeat verdict is
-// the same (a key's own stamp is never its predecessor), but its key's
-// count towards the cap holds it twice, so a key at its cap can lose it.
+// (Stats.Unchecked: its set was full) reaches the repeat and cap rules
+// again on a retry, where its key gives it its first verdict and changes
+// nothing (Judge.Step), unless the key has kept four later events since:
+// then it is judged afresh, and its key's cap count holds it twice.
 func (f *Filter) RetriesByBeacon(on bool) { f.byBeacon = on }
 
 // Beacon tells the Filter that the events it checks next come from one

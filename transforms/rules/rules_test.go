@@ -394,6 +394,83 @@ func TestFilterRetriesByBeacon(t *testing.T) {
 	}
 }
 
+// Property: Judge.Step gives an event it already judged (the same time
+// and id hash, still among the key's kept events) its first verdict again
+// and changes no state, whatever came in between: a counted event stays
+// counted at the cap, a repeat stays a repeat, a capped one capped, and an
+// out-of-order earlier event that would make it a repeat now does not.
+func TestJudgeSameEventAgain(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Cap, cfg.RepeatGap = 2, 30*time.Second
+	j := cfg.Judge()
+	var k KeyState
+	ms := func(s int) int64 { return t0.Add(time.Duration(s) * time.Second).UnixMilli() }
+	type step struct {
+		at   int
+		id   uint64
+		want Reason
+	}
+	for i, s := range []step{
+		{100, 1, OK},
+		{160, 2, OK},     // the cap (2) reached
+		{100, 1, OK},     // again: counted, not capped
+		{170, 3, Repeat}, // 10 s after 160
+		{170, 3, Repeat}, // again
+		{220, 4, Capped}, // past the gap, over the cap
+		{220, 4, Capped}, // again
+		{150, 5, Capped}, // out of order: 10 s before 160, 50 s after 100
+		{160, 2, OK},     // 160 now has 150 before it, 10 s: still its first verdict
+		{100, 1, Capped}, // 100 fell off the four kept (220, 170, 160, 150): judged afresh
+	} {
+		if got := j.Step(&k, ms(s.at), s.id); got != s.want {
+			t.Fatalf("step %d (%d s, id %d): %v, want %v", i, s.at, s.id, got, s.want)
+		}
+	}
+	if k.count != 2 {
+		t.Fatalf("count %d, want 2", k.count)
+	}
+}
+
+// Property: with RetriesByBeacon, a retried delivery counts what the first
+// did even for events whose event_id the dedupe could not remember (a set
+// of one id per bucket here, so most are Unchecked and reach the key state
+// again): before Step kept verdicts, a counted event at its key's cap came
+// back Capped, an under-count of the retried bundle.
+func TestFilterRetryOfUncheckedEvents(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Cap, cfg.MaxIDs, cfg.RepeatGap = 2, 1, 5*time.Second
+	// All in one dedupe bucket (30 s), which remembers only c0: past the
+	// repeat gap, 0, 10, 20 and 25 s (the cap drops the last two), then a
+	// repeat 2 s after the last.
+	var events []schemas.Event
+	for i, at := range []int{0, 10, 20, 25, 27} {
+		id := fmt.Sprint("c", i)
+		if i == 4 {
+			id = "r"
+		}
+		events = append(events, ev(id, "video", "v_1", "u_1", t0.Add(time.Duration(at)*time.Second)))
+	}
+	want := []Reason{OK, OK, Capped, Capped, Repeat}
+	f := mustNew(t, cfg).NewFilter()
+	f.RetriesByBeacon(true)
+	for d := range 3 {
+		f.Advance(t0.Add(2 * time.Minute))
+		f.Beacon("b1")
+		var got []Reason
+		for i := range events {
+			_, why := f.Check(&events[i])
+			got = append(got, why)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("delivery %d: %v, want %v", d, got, want)
+		}
+	}
+	st := f.TakeStats()
+	if st.Unchecked == 0 || st.Redelivered == 0 {
+		t.Fatalf("stats %+v: the test needs both unchecked and redelivered events", st)
+	}
+}
+
 // Property: the exact-key table never matches two different keys, even
 // when every key has the same hash.
 func TestTableNoFalseMatch(t *testing.T) {
