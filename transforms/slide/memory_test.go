@@ -56,17 +56,7 @@ func stateMemoryFull(t *testing.T, n, upperN, aggN int) (peak [3]uint64) {
 	c := summary.NewCounter(0)
 	for k := int64(0); k < 3*360; k++ { // three hours of 10 s buckets
 		b := t0 + k*bucketMs
-		c.Reset()
-		for i := range n {
-			// A quarter of each bucket's items recur in every bucket,
-			// the rest are new: every pane and aggregate stays full.
-			item := fmt.Sprint("hot", i)
-			if i >= n/4 {
-				item = fmt.Sprint("tail", k, "-", i)
-			}
-			c.Add(item, summary.Hash(item), uint64(1+(n-i)/64))
-		}
-		if _, err := st.Add("video\x00global", b, c.Summary(cfg)); err != nil {
+		if _, err := st.Add("video\x00global", b, fullBucket(c, cfg, k)); err != nil {
 			t.Fatal(err)
 		}
 		if err := st.Fire(b+bucketMs, func(Result) error { return nil }, nil); err != nil {
@@ -83,4 +73,19 @@ func stateMemoryFull(t *testing.T, n, upperN, aggN int) (peak [3]uint64) {
 		t.Fatalf("%d lists", st.Lists())
 	}
 	return peak
+}
+
+// fullBucket is bucket k of a busy list's partition: cfg.N items, a
+// quarter of them in every bucket, the rest new, so that every pane and
+// aggregate stays full. c is reset and reused.
+func fullBucket(c *summary.Counter, cfg summary.Config, k int64) *summary.Summary {
+	c.Reset()
+	for i := range cfg.N {
+		item := fmt.Sprint("hot", i)
+		if i >= cfg.N/4 {
+			item = fmt.Sprint("tail", k, "-", i)
+		}
+		c.Add(item, summary.Hash(item), uint64(1+(cfg.N-i)/64))
+	}
+	return c.Summary(cfg)
 }

@@ -415,22 +415,39 @@ func (st *State) paneN(li int, sm *summary.Summary) *summary.Summary {
 	return sm
 }
 
-// mergeRange merges the panes with start in [from, to); nil if none.
+// mergeRange merges the panes with start in [from, to); nil if none. The
+// steps before the last are merged into scratch summaries (the same
+// summaries, summary.MergeEventsInto): only the result is new.
 func (st *State) mergeRange(ps []pane, from, to int64) (*summary.Summary, error) {
-	var acc *summary.Summary
+	var in []*summary.Summary
 	for _, p := range ps {
-		if p.start < from || p.start >= to {
-			continue
+		if p.start >= from && p.start < to {
+			in = append(in, p.sm)
 		}
-		if acc == nil {
-			acc = p.sm
-			continue
+	}
+	if len(in) == 0 {
+		return nil, nil
+	}
+	acc := in[0]
+	var scratch *[2]summary.Summary
+	defer func() {
+		if scratch != nil {
+			scratchPairs.Put(scratch)
 		}
-		var err error
-		if acc, err = summary.MergeEvents(acc, p.sm); err != nil {
+	}()
+	for i, sm := range in[1:] {
+		st.Merges++
+		if i == len(in)-2 {
+			return summary.MergeEvents(acc, sm)
+		}
+		if scratch == nil {
+			scratch = scratchPairs.Get().(*[2]summary.Summary)
+		}
+		dst := &scratch[i%2] // acc is a pane or the other scratch
+		if err := summary.MergeEventsInto(dst, acc, sm, acc.N); err != nil {
 			return nil, err
 		}
-		st.Merges++
+		acc = dst
 	}
 	return acc, nil
 }

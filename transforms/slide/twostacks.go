@@ -1,6 +1,10 @@
 package slide
 
-import "github.com/topk-dev/topk/transforms/summary"
+import (
+	"sync"
+
+	"github.com/topk-dev/topk/transforms/summary"
+)
 
 // pane is one time range's summary: a bucket, or a minute merged from its
 // buckets. Panes are immutable once built: a late pane replaces its pane
@@ -155,22 +159,49 @@ const smallFront = 8
 
 // flip moves the back onto the empty front, newest first, so the front's
 // top is the oldest pane and holds the aggregate of all of them.
+//
+// The aggregates the front does not keep (all but one a block) are only
+// steps of the chain: they are merged into two scratch summaries in turn
+// (summary.MergeEventsInto, the same summary as MergeEventsN) instead of
+// new ones, which were garbage at once (a 1h window's flip made 60 merges
+// and kept about 8, most with a 64 KB drops sketch: BENCHMARKS.md,
+// "Chains of merges in scratch").
 func (t *TwoStacks) flip() error {
 	var agg *summary.Summary
 	k := blockOf(len(t.back))
+	var scratch *[2]summary.Summary // from scratchPairs, when a step needs it
+	next := 0
+	defer func() {
+		if scratch != nil {
+			scratchPairs.Put(scratch)
+		}
+	}()
 	for i := len(t.back) - 1; i >= 0; i-- {
 		p := t.back[i]
-		if agg == nil {
+		keep := len(t.front)%k == 0 || i == 0 // one aggregate a block, and the top's (queried next)
+		switch {
+		case agg == nil:
 			agg = p.sm
-		} else {
+		case keep:
 			var err error
 			if agg, err = t.merge(p.sm, agg); err != nil {
 				return err
 			}
 			t.merges++
+		default:
+			if scratch == nil {
+				scratch = scratchPairs.Get().(*[2]summary.Summary)
+			}
+			// agg is the pane below or the other scratch, never this one.
+			dst := &scratch[next]
+			next ^= 1
+			if err := summary.MergeEventsInto(dst, p.sm, agg, t.mergeN(p.sm, agg)); err != nil {
+				return err
+			}
+			agg = dst
+			t.merges++
 		}
-		if keep := len(t.front)%k == 0 || i == 0; keep {
-			// One aggregate a block, and the top's (queried next).
+		if keep {
 			t.front = append(t.front, node{pane: pane{start: p.start, sm: agg}, agg: true})
 		} else {
 			t.front = append(t.front, node{pane: p})
@@ -181,6 +212,11 @@ func (t *TwoStacks) flip() error {
 	t.backAgg = nil
 	return nil
 }
+
+// scratchPairs holds pairs of scratch summaries for a chain of merges
+// whose steps are not kept (flip's, State.mergeRange's): each step reads
+// the other, and the pair is held for the chain's length only.
+var scratchPairs = sync.Pool{New: func() any { return new([2]summary.Summary) }}
 
 // Query is the merge of every pane held; nil when empty. The result may be
 // shared with the aggregator: do not modify it.
@@ -235,10 +271,16 @@ func (t *TwoStacks) QueryTopInto(out *summary.Summary, limit int, floor uint64) 
 // merge merges two disjoint event sets into an aggregate of t's N, never
 // wider than the wider side.
 func (t *TwoStacks) merge(a, b *summary.Summary) (*summary.Summary, error) {
-	if n := max(a.N, b.N); t.N > 0 && t.N < n {
-		return summary.MergeEventsN(a, b, t.N)
+	return summary.MergeEventsN(a, b, t.mergeN(a, b))
+}
+
+// mergeN is the N of merge's result: t's N when it is set and smaller
+// than the wider side's, else a's (MergeEvents).
+func (t *TwoStacks) mergeN(a, b *summary.Summary) int {
+	if t.N > 0 && t.N < max(a.N, b.N) {
+		return t.N
 	}
-	return summary.MergeEvents(a, b)
+	return a.N
 }
 
 // Reset empties the aggregator (its N stays).
