@@ -26,6 +26,9 @@ var ErrDown = errors.New("statetest: state request failed")
 type Runner struct {
 	// FailWrites is how many of the next writes fail with ErrDown.
 	FailWrites int
+	// Reads counts the read requests by state id (a value, a map's value
+	// or keys, a bag), so that a test can tell what a call read.
+	Reads map[string]int
 
 	values  map[string]any
 	maps    map[string]map[any]any
@@ -35,7 +38,7 @@ type Runner struct {
 
 // New returns an empty Runner.
 func New() *Runner {
-	return &Runner{values: map[string]any{}, maps: map[string]map[any]any{}, bags: map[string][]any{}}
+	return &Runner{values: map[string]any{}, maps: map[string]map[any]any{}, bags: map[string][]any{}, Reads: map[string]int{}}
 }
 
 // Commit applies the bundle's pending writes, in order.
@@ -92,15 +95,18 @@ func (r *Runner) pendingOf(kind, id string) []state.Transaction {
 }
 
 func (r *Runner) ReadValueState(id string) (any, []state.Transaction, error) {
+	r.Reads[id]++
 	return r.values[id], r.pendingOf("v", id), nil
 }
 func (r *Runner) WriteValueState(t state.Transaction) error { return r.write(t, "v") }
 func (r *Runner) ClearValueState(t state.Transaction) error { return r.write(t, "v") }
 
 func (r *Runner) ReadMapStateValue(id string, key any) (any, []state.Transaction, error) {
+	r.Reads[id]++
 	return r.maps[id][key], r.pendingOf("m", id), nil
 }
 func (r *Runner) ReadMapStateKeys(id string) ([]any, []state.Transaction, error) {
+	r.Reads[id]++
 	var keys []any
 	for k := range r.maps[id] {
 		keys = append(keys, k)
@@ -112,6 +118,7 @@ func (r *Runner) ClearMapStateKey(t state.Transaction) error { return r.write(t,
 func (r *Runner) ClearMapState(t state.Transaction) error    { return r.write(t, "m") }
 
 func (r *Runner) ReadBagState(id string) ([]any, []state.Transaction, error) {
+	r.Reads[id]++
 	return slices.Clone(r.bags[id]), r.pendingOf("b", id), nil
 }
 func (r *Runner) WriteBagState(t state.Transaction) error { return r.write(t, "b") }

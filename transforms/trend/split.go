@@ -105,10 +105,10 @@ func (sc *Scorer) MarshalSplit() (minute, rings []byte, err error) {
 }
 
 // sortedItems is the tracked items by name (the formats' order). A
-// decoded scorer keeps its items' order (order, inOrder): those still
-// tracked are in order already, so only the items that started tracking
-// since are sorted and merged in, not all of them (a full sort of 2,000
-// names was a quarter of the round trip).
+// scorer keeps its items' order as last decoded or encoded (order,
+// inOrder): those still tracked are in order already, so only the items
+// that started tracking since are sorted and merged in, not all of them
+// (a full sort of 2,000 names was a quarter of the round trip).
 func (sc *Scorer) sortedItems() []*item {
 	byName := func(a, b *item) int {
 		switch {
@@ -126,18 +126,17 @@ func (sc *Scorer) sortedItems() []*item {
 		}
 	}
 	if len(old) == len(sc.items) {
+		sc.order = old
 		return old
 	}
 	var fresh []*item
 	for _, it := range sc.items {
 		if !it.inOrder {
 			fresh = append(fresh, it)
+			it.inOrder = true
 		}
 	}
 	slices.SortFunc(fresh, byName)
-	if len(old) == 0 {
-		return fresh
-	}
 	out := make([]*item, 0, len(sc.items))
 	for len(old) > 0 && len(fresh) > 0 {
 		if old[0].name < fresh[0].name {
@@ -146,7 +145,11 @@ func (sc *Scorer) sortedItems() []*item {
 			out, fresh = append(out, fresh[0]), fresh[1:]
 		}
 	}
-	return append(append(out, old...), fresh...)
+	out = append(append(out, old...), fresh...)
+	// A scorer that lives on after it is encoded (trendbeam's cache) sorts
+	// only the items that start tracking from here on.
+	sc.order = out
+	return out
 }
 
 // decodeMinute rebuilds a scorer from a minute state (format 2, magic

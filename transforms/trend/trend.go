@@ -185,7 +185,7 @@ type item struct {
 	// the rings value's. past is then always of the current hour.
 	cur     float32
 	fromCut bool
-	// inOrder: in its decoded scorer's order (sortedItems).
+	// inOrder: in the scorer's order, as last decoded or encoded (sortedItems).
 	inOrder bool
 	// scratch of the current tick
 	live, score, base float64

@@ -12,13 +12,16 @@
 // = as_of) fires when the watermark passes it, scoring every waiting list up
 // to that time, oldest first. A list older than the last one scored (late)
 // is dropped and counted (topk/trend_late). The scorer's state is two
-// values per list (trend.Scorer.MarshalSplit): the minute state, read and
-// written at every timer firing (about 85 kB at the default cap of 2,000
-// tracked items with a week of history), and the items' hourly rings,
-// about 1.4 MB, read only by the first firing of an hour and written by
-// it: within an hour only the current hour's share of an item changes,
-// and it is in the minute state (BENCHMARKS.md, "Trending's state in two
-// parts"). The default cadence is one list a minute (Config.Every).
+// values per list (trend.Scorer.MarshalSplit): the minute state, written
+// at every timer firing (about 85 kB at the default cap of 2,000 tracked
+// items with a week of history), and the items' hourly rings, about 1.4
+// MB, read only by the first firing of an hour and written by it: within
+// an hour only the current hour's share of an item changes, and it is in
+// the minute state (BENCHMARKS.md, "Trending's state in two parts"). What
+// a firing writes it also keeps in the process's memory, and the next
+// firing reads Beam state only when that copy is not current (see "The
+// cache" below OnTimer). The default cadence is one list a minute
+// (Config.Every).
 //
 // With Config.Store set, items that start being tracked are seeded from the
 // exact tables (trend.StoreHistory): one point read per new item.
@@ -47,12 +50,16 @@ package trendbeam
 
 import (
 	"context"
+	crand "crypto/rand"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
@@ -217,7 +224,12 @@ func Trending(s beam.Scope, lists5m, tallies beam.PCollection, cfg Config) beam.
 
 // newScoreFn is the scorer's DoFn for cfg (validated).
 func newScoreFn(cfg Config) *scoreFn {
+	id := make([]byte, 8)
+	if _, err := crand.Read(id); err != nil {
+		panic(err)
+	}
 	return &scoreFn{
+		ID:           hex.EncodeToString(id),
 		Trend:        cfg.Trend,
 		Store:        cfg.Store,
 		HistoryTTLMs: cfg.HistoryTTL.Milliseconds(),
@@ -230,6 +242,7 @@ func newScoreFn(cfg Config) *scoreFn {
 		Pending:      state.MakeMapState[int64, []byte]("pending"),
 		Tallies:      state.MakeMapState[int64, []byte]("tallies"),
 		Pieces:       state.MakeBagState[[]byte]("pieces"),
+		Gen:          state.MakeValueState[int64]("gen"),
 		Tick:         timers.InEventTime("tick"),
 	}
 }
@@ -275,6 +288,8 @@ func (fn *byListFn) ProcessElement(key string, blob []byte, emit func(beam.Event
 }
 
 type scoreFn struct {
+	// ID names this transform's lists in the process-wide cache.
+	ID           string
 	Trend        trend.Config
 	Store        stitch.StoreConfig
 	HistoryTTLMs int64
@@ -298,7 +313,11 @@ type scoreFn struct {
 	// decoded, united and encoded once per timer (or per maxPieceBytes
 	// or maxPieces arrived), not once per pre-aggregation bundle.
 	Pieces state.Bag[[]byte]
-	Tick   timers.EventTime
+	// Gen is the generation of Scorer and Tallies: a new random number
+	// each time a call writes them, which the cache's copy must match
+	// (see cached).
+	Gen  state.Value[int64]
+	Tick timers.EventTime
 
 	// added is, per list, what this instance appended to Pieces since it
 	// last united that list's: see addTally.
@@ -365,6 +384,10 @@ func (fn *scoreFn) OnTimer(ctx context.Context, sp state.Provider, tp timers.Pro
 	if err != nil {
 		return fmt.Errorf("trend: timer tag %q: %w", tc.Tag, err)
 	}
+	typ, scope, ok := strings.Cut(key, ":")
+	if !ok {
+		return fmt.Errorf("trend: key %q is not type:scope", key)
+	}
 	byUsers := fn.Trend.Counts == schemas.CountsUsers
 	keys := []int64{upTo} // by users: the timer's as_of, from the tallies
 	if !byUsers {
@@ -377,25 +400,30 @@ func (fn *scoreFn) OnTimer(ctx context.Context, sp state.Provider, tp timers.Pro
 		}
 		slices.Sort(keys)
 	}
-	typ, scope, ok := strings.Cut(key, ":")
-	if !ok {
-		return fmt.Errorf("trend: key %q is not type:scope", key)
-	}
-	raw, ok, err := fn.Scorer.Read(sp)
+	c, err := fn.lock(ctx, sp, key)
 	if err != nil {
 		return err
 	}
-	var sc *trend.Scorer
-	if ok && len(raw) > 0 {
-		if sc, err = trend.Decode(typ, scope, fn.Trend, raw); err != nil {
-			// A state this code cannot read (a format change) starts over
-			// rather than stopping the job.
-			log.Errorf(ctx, "trend %s: state dropped: %v", key, err)
-			sc = nil
-		}
-	}
+	saved := false
+	defer c.done(&saved)
+	sc := c.sc
+	c.sc = nil // in use; back in the cache once saved
 	if sc == nil {
-		sc = trend.New(typ, scope, fn.Trend)
+		raw, ok, err := fn.Scorer.Read(sp)
+		if err != nil {
+			return err
+		}
+		if ok && len(raw) > 0 {
+			if sc, err = trend.Decode(typ, scope, fn.Trend, raw); err != nil {
+				// A state this code cannot read (a format change) starts
+				// over rather than stopping the job.
+				log.Errorf(ctx, "trend %s: state dropped: %v", key, err)
+				sc = nil
+			}
+		}
+		if sc == nil {
+			sc = trend.New(typ, scope, fn.Trend)
+		}
 	}
 	if sc.NeedsRings(keys[len(keys)-1]) {
 		// The first score of an hour: the items' past hours (see
@@ -410,12 +438,8 @@ func (fn *scoreFn) OnTimer(ctx context.Context, sp state.Provider, tp timers.Pro
 		}
 	}
 	var fresh map[int64]*users.Tally
-	var panes []int64 // by users: the panes in Tallies, read once a round
 	if byUsers {
-		if fresh, err = fn.unitePieces(ctx, sp, key); err != nil {
-			return err
-		}
-		if panes, _, err = fn.Tallies.Keys(sp); err != nil {
+		if fresh, err = fn.unitePieces(ctx, sp, key, c); err != nil {
 			return err
 		}
 	}
@@ -423,9 +447,7 @@ func (fn *scoreFn) OnTimer(ctx context.Context, sp state.Provider, tp timers.Pro
 		var in trend.Input
 		rules := fn.Rules
 		if byUsers {
-			if in, err = fn.usersInput(ctx, sp, time.UnixMilli(ms), panes, fresh); err != nil {
-				return fmt.Errorf("trend %s: %w", key, err)
-			}
+			in = fn.usersInput(ctx, time.UnixMilli(ms), c.panes, fresh)
 		} else {
 			blob, ok, err := fn.Pending.Get(sp, ms)
 			if err != nil {
@@ -468,12 +490,11 @@ func (fn *scoreFn) OnTimer(ctx context.Context, sp state.Provider, tp timers.Pro
 	}
 	if byUsers {
 		// The next list (upTo + Every) needs buckets from upTo + Every - 5m.
-		if err := fn.dropTallies(sp, panes, upTo+fn.EveryMs-window5m); err != nil {
+		if err := fn.dropTallies(sp, c, upTo+fn.EveryMs-window5m); err != nil {
 			return err
 		}
 	}
 	minute, rings, err := sc.MarshalSplit()
-	sc.Release() // its rings' memory goes to the next list's Decode
 	if err != nil {
 		return err
 	}
@@ -481,8 +502,121 @@ func (fn *scoreFn) OnTimer(ctx context.Context, sp state.Provider, tp timers.Pro
 		if err := fn.Rings.Write(sp, rings); err != nil {
 			return err
 		}
+		// The cache keeps a scorer without its rings (a seventeenth of
+		// the memory): the one Beam state now holds.
+		sc.Release() // its rings' memory goes to the next Decode
+		if sc, err = trend.Decode(typ, scope, fn.Trend, minute); err != nil {
+			return err
+		}
 	}
-	return fn.Scorer.Write(sp, minute)
+	if err := fn.Scorer.Write(sp, minute); err != nil {
+		return err
+	}
+	if err := fn.save(sp, c); err != nil {
+		return err
+	}
+	c.sc, saved = sc, true
+	return nil
+}
+
+// # The cache
+//
+// Reading a list's state at every score was most of trending's state
+// traffic: the scorer's minute state (about 85 kB at the default cap) and
+// the tallies of the five panes it scores, every minute for every list,
+// each read a round trip to the runner, and the scorer then decoded. So a
+// process keeps, per (transform, list), what it last wrote: the scorer,
+// decoded and without its rings, and every pane's tally, encoded. Beam
+// state still gets every write (it is what another worker or a restarted
+// one starts from); the cache saves the reads and the decode. Whether it
+// is current is told by a generation, a random number written to Gen with
+// every change of Scorer or Tallies: a call reads Gen first and uses its
+// copy only when the generations match; otherwise (another worker scored
+// the list meanwhile, the process restarted, or a bundle's writes were
+// discarded by the runner after this call returned) it reads Beam state
+// as before. A call that fails drops the list's copy; a generation is
+// random so that one a discarded bundle left in the cache never matches
+// what Beam state reaches without it. This is the sliding windows' scheme
+// (transforms/slide, beam.go); fault_test.go checks it here with failed
+// writes and discarded bundles.
+//
+// Memory: a scorer without rings is about 0.4 MB at the default cap of
+// 2,000 items, the panes' tallies up to a few hundred kB: bounded by the
+// lists a process scores, not by items or events (BENCHMARKS.md,
+// "Trending's state kept in memory").
+
+// cached is a list's copy of its state, locked by the call that uses it.
+type cached struct {
+	mu  sync.Mutex
+	gen int64
+	// ok: panes (and sc when not nil) are Beam state as of generation gen.
+	ok bool
+	// sc is the scorer without its rings; nil: read Scorer.
+	sc *trend.Scorer
+	// panes is Tallies: pane start (Unix ms) -> its users tally, encoded.
+	panes map[int64][]byte
+}
+
+var cache sync.Map // scoreFn.ID + "\x00" + list key -> *cached
+
+var cacheMisses = beam.NewCounter("topk", "trend_cache_misses")
+
+// lock returns the list's copy, locked and current with Beam state: read
+// from there (every pane; the scorer is read by the caller) when the
+// generations differ.
+func (fn *scoreFn) lock(ctx context.Context, sp state.Provider, key string) (*cached, error) {
+	v, _ := cache.LoadOrStore(fn.ID+"\x00"+key, &cached{})
+	c := v.(*cached)
+	c.mu.Lock()
+	gen, _, err := fn.Gen.Read(sp)
+	if err != nil {
+		c.mu.Unlock()
+		return nil, err
+	}
+	if c.ok && c.gen == gen {
+		return c, nil
+	}
+	cacheMisses.Inc(ctx, 1)
+	c.ok, c.sc, c.panes = false, nil, nil
+	keys, _, err := fn.Tallies.Keys(sp)
+	if err != nil {
+		c.mu.Unlock()
+		return nil, err
+	}
+	panes := make(map[int64][]byte, len(keys))
+	for _, k := range keys {
+		b, ok, err := fn.Tallies.Get(sp, k)
+		if err != nil {
+			c.mu.Unlock()
+			return nil, err
+		}
+		if ok {
+			panes[k] = b
+		}
+	}
+	c.ok, c.gen, c.panes = true, gen, panes
+	return c, nil
+}
+
+// save writes a new generation to Gen and c, after the call's other
+// writes.
+func (fn *scoreFn) save(sp state.Provider, c *cached) error {
+	gen := mrand.Int64()
+	if err := fn.Gen.Write(sp, gen); err != nil {
+		return err
+	}
+	c.gen = gen
+	return nil
+}
+
+// done unlocks c after a call, dropping the copy unless the call saved:
+// a call that failed may have changed it part way, and the runner
+// discards its bundle's writes.
+func (c *cached) done(saved *bool) {
+	if !*saved {
+		c.ok, c.sc, c.panes = false, nil, nil
+	}
+	c.mu.Unlock()
 }
 
 var window5m = schemas.Window5m.Length().Milliseconds()
@@ -534,8 +668,19 @@ func (fn *scoreFn) addTally(ctx context.Context, sp state.Provider, key string, 
 	a.bytes += len(v)
 	fn.added[key] = a
 	if a.pieces >= maxPieces || a.bytes >= maxPieceBytes {
-		_, err := fn.unitePieces(ctx, sp, key)
-		return bucket, err
+		c, err := fn.lock(ctx, sp, key)
+		if err != nil {
+			return 0, err
+		}
+		saved := false
+		defer c.done(&saved)
+		if _, err := fn.unitePieces(ctx, sp, key, c); err != nil {
+			return 0, err
+		}
+		if err := fn.save(sp, c); err != nil {
+			return 0, err
+		}
+		saved = true
 	}
 	return bucket, nil
 }
@@ -546,7 +691,7 @@ func (fn *scoreFn) addTally(ctx context.Context, sp state.Provider, key string, 
 // decode them again. A piece or pane this code cannot read or unite with
 // (a format or precision change) is dropped with an error in the log
 // rather than stopping the job.
-func (fn *scoreFn) unitePieces(ctx context.Context, sp state.Provider, key string) (map[int64]*users.Tally, error) {
+func (fn *scoreFn) unitePieces(ctx context.Context, sp state.Provider, key string, c *cached) (map[int64]*users.Tally, error) {
 	delete(fn.added, key)
 	pieces, ok, err := fn.Pieces.Read(sp)
 	if err != nil || !ok || len(pieces) == 0 {
@@ -571,10 +716,7 @@ func (fn *scoreFn) unitePieces(ctx context.Context, sp state.Provider, key strin
 	out := make(map[int64]*users.Tally, len(panes))
 	for _, pane := range panes {
 		ps := byPane[pane]
-		old, ok, err := fn.Tallies.Get(sp, pane)
-		if err != nil {
-			return nil, err
-		}
+		old, ok := c.panes[pane]
 		if ok {
 			ps = append(ps, old)
 		}
@@ -596,28 +738,26 @@ func (fn *scoreFn) unitePieces(ctx context.Context, sp state.Provider, key strin
 		if err := fn.Tallies.Put(sp, pane, enc); err != nil {
 			return nil, err
 		}
+		c.panes[pane] = enc
 		out[pane] = t
 	}
 	return out, fn.Pieces.Clear(sp)
 }
 
 // usersInput is the scorer's input for the 5 minutes before asOf from the
-// panes' tallies (keys: the panes Tallies holds): each item's distinct
+// panes' tallies (the list's cached copy of Tallies): each item's distinct
 // trusted users, over the list's distinct (user, item) pairs. A pane in
 // fresh (unitePieces' result) is taken from there, not decoded; it is used
 // up.
-func (fn *scoreFn) usersInput(ctx context.Context, sp state.Provider, asOf time.Time, keys []int64, fresh map[int64]*users.Tally) (trend.Input, error) {
+func (fn *scoreFn) usersInput(ctx context.Context, asOf time.Time, panes map[int64][]byte, fresh map[int64]*users.Tally) trend.Input {
 	to := asOf.UnixMilli()
 	// The fresh panes (decoded already) first, then the others from their
 	// bytes with the cut to MaxItems (UniteTop: only items that can make
-	// it get an entry).
+	// it get an entry), in pane order.
 	u := users.NewTally()
 	var raws [][]byte
 	var rawPanes []int64
-	for _, b := range keys {
-		if b < to-window5m || b >= to {
-			continue
-		}
+	for b := to - window5m; b < to; b += fn.PaneMs {
 		if t := fresh[b]; t != nil {
 			delete(fresh, b)
 			if err := u.Absorb(t); err != nil { // see unitePieces: skipped, not fatal
@@ -625,11 +765,9 @@ func (fn *scoreFn) usersInput(ctx context.Context, sp state.Provider, asOf time.
 			}
 			continue
 		}
-		raw, ok, err := fn.Tallies.Get(sp, b)
-		if err != nil || !ok {
-			return trend.Input{}, err
+		if raw, ok := panes[b]; ok {
+			raws, rawPanes = append(raws, raw), append(rawPanes, b)
 		}
-		raws, rawPanes = append(raws, raw), append(rawPanes, b)
 	}
 	for i, err := range u.UniteTop(raws, fn.Trend.MaxItems) {
 		if err != nil {
@@ -642,20 +780,21 @@ func (fn *scoreFn) usersInput(ctx context.Context, sp state.Provider, asOf time.
 			in.Items = append(in.Items, trend.Count{Item: it, Count: n})
 		}
 	}
-	return in, nil
+	return in
 }
 
 // mod is a mod b in [0, b) for negative a too.
 func mod(a, b int64) int64 { return (a%b + b) % b }
 
-// dropTallies removes the panes (of keys, those Tallies holds) before
-// from.
-func (fn *scoreFn) dropTallies(sp state.Provider, keys []int64, from int64) error {
-	for _, b := range keys {
+// dropTallies removes the panes before from, from Tallies and the list's
+// copy of it.
+func (fn *scoreFn) dropTallies(sp state.Provider, c *cached, from int64) error {
+	for b := range c.panes {
 		if b < from {
 			if err := fn.Tallies.Remove(sp, b); err != nil {
 				return err
 			}
+			delete(c.panes, b)
 		}
 	}
 	return nil

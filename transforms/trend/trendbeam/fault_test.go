@@ -22,12 +22,15 @@ import (
 // Trending by users through bundles that fail at random, as a runner
 // sees them (a state write that fails, or a bundle discarded after the
 // DoFn returned and retried on the same instance, whose in-memory piece
-// counts then ran ahead of the state): over 40 minutes of tallies, three
-// a bucket, for a list whose items come and go, every trending list is
-// byte for byte the one a run without failures emits. maxPieces is low,
-// so pieces are united on arrival as well as at the timer; few items, so
-// no union cuts and the two runs' unions are the same whatever their
-// grouping.
+// counts and cached state then ran ahead of Beam state): over 130 minutes
+// of tallies (two new hours, whose first scores load the rings), three a
+// bucket, for a list whose items come and go, every trending list is byte
+// for byte the one a run without failures emits, a run that reads
+// everything from Beam state at every call, as a new worker would (its
+// cache dropped before each). maxPieces is low, so pieces are united on
+// arrival as well as at the timer; few items, so no union cuts and the
+// two runs' unions are the same whatever their grouping. The cached run
+// reads the scorer's state only after a failure.
 func TestScoreFnRandomFailures(t *testing.T) {
 	defer func(n int) { maxPieces = n }(maxPieces)
 	maxPieces = 4
@@ -38,8 +41,8 @@ func TestScoreFnRandomFailures(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	clean, faulty := newScoreFn(cfg), newScoreFn(cfg)
-	cleanSt, faultySt := statetest.New(), statetest.New()
+	clean, faulty, steady := newScoreFn(cfg), newScoreFn(cfg), newScoreFn(cfg)
+	cleanSt, faultySt, steadySt := statetest.New(), statetest.New(), statetest.New()
 	const key = "hashtag:global"
 	rng := rand.New(rand.NewPCG(31, 32))
 	failures := map[string]int{}
@@ -49,7 +52,8 @@ func TestScoreFnRandomFailures(t *testing.T) {
 	bucket := 10 * time.Second
 	every := cfg.Every.Milliseconds()
 	scored := 0
-	for b := range 240 { // 40 minutes
+	timersFired := 0
+	for b := range 780 { // 130 minutes
 		at := t0.Add(time.Duration(b) * bucket)
 		for piece := range 3 {
 			tl := users.NewTally()
@@ -77,10 +81,15 @@ func TestScoreFnRandomFailures(t *testing.T) {
 			v := binary.BigEndian.AppendUint64([]byte{tagTally}, uint64(at.UnixMilli()))
 			v = append(v, blob...)
 			none := func(beam.EventTime, string, []byte) {}
+			forget(clean, key)
 			if err := clean.ProcessElement(ctx, cleanSt, statetest.NoTimers{}, key, v, none); err != nil {
 				t.Fatal(err)
 			}
 			cleanSt.Commit()
+			if err := steady.ProcessElement(ctx, steadySt, statetest.NoTimers{}, key, v, none); err != nil {
+				t.Fatal(err)
+			}
+			steadySt.Commit()
 			attempt(func(emit func(beam.EventTime, string, []byte)) error {
 				return faulty.ProcessElement(ctx, faultySt, statetest.NoTimers{}, key, v, emit)
 			})
@@ -92,21 +101,46 @@ func TestScoreFnRandomFailures(t *testing.T) {
 		// The watermark passes the cadence boundary: the timer fires.
 		tc := timers.Context{Family: clean.Tick.Family, Tag: strconv.FormatInt(end, 10)}
 		want := map[string]string{}
+		forget(clean, key)
+		timersFired++
 		err := clean.OnTimer(ctx, cleanSt, statetest.NoTimers{}, key, tc, func(_ beam.EventTime, k string, js []byte) { want[k] = string(js) })
 		if err != nil {
 			t.Fatal(err)
 		}
 		cleanSt.Commit()
-		got := attempt(func(emit func(beam.EventTime, string, []byte)) error {
+		got := map[string]string{}
+		if err := steady.OnTimer(ctx, steadySt, statetest.NoTimers{}, key, tc, func(_ beam.EventTime, k string, js []byte) { got[k] = string(js) }); err != nil {
+			t.Fatal(err)
+		}
+		steadySt.Commit()
+		sameTrending(t, end, got, want)
+		got = attempt(func(emit func(beam.EventTime, string, []byte)) error {
 			return faulty.OnTimer(ctx, faultySt, statetest.NoTimers{}, key, tc, emit)
 		})
 		scored += sameTrending(t, end, got, want)
 	}
-	if scored < 15 || failures["write"] < 30 || failures["discarded"] < 30 {
+	if scored < 60 || failures["write"] < 30 || failures["discarded"] < 30 {
 		t.Fatalf("%d non-empty trending lists compared, failures %v: the test exercises too little", scored, failures)
 	}
-	t.Logf("failures injected: %v; %d non-empty trending lists compared", failures, scored)
+	if got := cleanSt.Reads["scorer"]; got != timersFired {
+		t.Fatalf("the run without its cache read the scorer %d times for %d timers", got, timersFired)
+	}
+	if got, most := faultySt.Reads["scorer"], 1+failures["write"]+failures["discarded"]; got > most {
+		t.Fatalf("the cached run read the scorer %d times for %d timers and %v failures", got, timersFired, failures)
+	}
+	if got := steadySt.Reads["scorer"]; got != 1 {
+		t.Fatalf("the cached run without failures read the scorer %d times, want once (its first timer)", got)
+	}
+	if cleanSt.Reads["rings"] < 2 {
+		t.Fatalf("the rings were read %d times: no new hour was scored", cleanSt.Reads["rings"])
+	}
+	t.Logf("failures injected: %v; %d non-empty trending lists compared; scorer read %d times with the cache, %d without, %d with it and no failures",
+		failures, scored, faultySt.Reads["scorer"], cleanSt.Reads["scorer"], steadySt.Reads["scorer"])
 }
+
+// forget drops fn's cached copy of the list key's state, so that its next
+// call reads Beam state.
+func forget(fn *scoreFn, key string) { cache.Delete(fn.ID + "\x00" + key) }
 
 // untilCommitted runs one bundle against st until an attempt commits,
 // each attempt failing at random first (counted in failures): a state
@@ -146,7 +180,7 @@ func untilCommitted(t *testing.T, rng *rand.Rand, st *statetest.Runner, failures
 
 // Trending by events (the 5-minute lists) through the same failures:
 // every trending list of a scope whose item jumps at minute 25 is byte
-// for byte the one a run without failures emits, with lists parked two at
+// for byte the one a run without failures (nor a cache) emits, with lists parked two at
 // a time now and then before their timer fires.
 func TestScoreFnByEventsRandomFailures(t *testing.T) {
 	cfg := DefaultConfig()
@@ -170,6 +204,7 @@ func TestScoreFnByEventsRandomFailures(t *testing.T) {
 		}
 		v := append([]byte{tagList}, blob...)
 		none := func(beam.EventTime, string, []byte) {}
+		forget(clean, key)
 		if err := clean.ProcessElement(ctx, cleanSt, statetest.NoTimers{}, key, v, none); err != nil {
 			t.Fatal(err)
 		}
@@ -184,6 +219,7 @@ func TestScoreFnByEventsRandomFailures(t *testing.T) {
 		for _, at := range parked { // the timers fire in order
 			tc := timers.Context{Family: clean.Tick.Family, Tag: strconv.FormatInt(at, 10)}
 			want := map[string]string{}
+			forget(clean, key)
 			if err := clean.OnTimer(ctx, cleanSt, statetest.NoTimers{}, key, tc, func(_ beam.EventTime, k string, js []byte) { want[k] = string(js) }); err != nil {
 				t.Fatal(err)
 			}
