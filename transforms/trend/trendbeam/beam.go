@@ -49,6 +49,7 @@
 package trendbeam
 
 import (
+	"bytes"
 	"context"
 	crand "crypto/rand"
 	"encoding/binary"
@@ -406,24 +407,23 @@ func (fn *scoreFn) OnTimer(ctx context.Context, sp state.Provider, tp timers.Pro
 	}
 	saved := false
 	defer c.done(&saved)
-	sc := c.sc
-	c.sc = nil // in use; back in the cache once saved
-	if sc == nil {
-		raw, ok, err := fn.Scorer.Read(sp)
-		if err != nil {
+	raw := c.minute
+	if raw == nil {
+		if raw, _, err = fn.Scorer.Read(sp); err != nil {
 			return err
 		}
-		if ok && len(raw) > 0 {
-			if sc, err = trend.Decode(typ, scope, fn.Trend, raw); err != nil {
-				// A state this code cannot read (a format change) starts
-				// over rather than stopping the job.
-				log.Errorf(ctx, "trend %s: state dropped: %v", key, err)
-				sc = nil
-			}
+	}
+	var sc *trend.Scorer
+	if len(raw) > 0 {
+		if sc, err = trend.Decode(typ, scope, fn.Trend, raw); err != nil {
+			// A state this code cannot read (a format change) starts
+			// over rather than stopping the job.
+			log.Errorf(ctx, "trend %s: state dropped: %v", key, err)
+			sc = nil
 		}
-		if sc == nil {
-			sc = trend.New(typ, scope, fn.Trend)
-		}
+	}
+	if sc == nil {
+		sc = trend.New(typ, scope, fn.Trend)
 	}
 	if sc.NeedsRings(keys[len(keys)-1]) {
 		// The first score of an hour: the items' past hours (see
@@ -495,17 +495,12 @@ func (fn *scoreFn) OnTimer(ctx context.Context, sp state.Provider, tp timers.Pro
 		}
 	}
 	minute, rings, err := sc.MarshalSplit()
+	sc.Release() // its rings' memory goes to the next list's Decode
 	if err != nil {
 		return err
 	}
 	if rings != nil {
 		if err := fn.Rings.Write(sp, rings); err != nil {
-			return err
-		}
-		// The cache keeps a scorer without its rings (a seventeenth of
-		// the memory): the one Beam state now holds.
-		sc.Release() // its rings' memory goes to the next Decode
-		if sc, err = trend.Decode(typ, scope, fn.Trend, minute); err != nil {
 			return err
 		}
 	}
@@ -515,7 +510,10 @@ func (fn *scoreFn) OnTimer(ctx context.Context, sp state.Provider, tp timers.Pro
 	if err := fn.save(sp, c); err != nil {
 		return err
 	}
-	c.sc, saved = sc, true
+	// An exact-size copy: MarshalSplit's buffer has room to spare (half
+	// as much again at 2,000 items), which the cache would hold for
+	// every list.
+	c.minute, saved = bytes.Clone(minute), true
 	return nil
 }
 
@@ -524,11 +522,11 @@ func (fn *scoreFn) OnTimer(ctx context.Context, sp state.Provider, tp timers.Pro
 // Reading a list's state at every score was most of trending's state
 // traffic: the scorer's minute state (about 85 kB at the default cap) and
 // the tallies of the five panes it scores, every minute for every list,
-// each read a round trip to the runner, and the scorer then decoded. So a
-// process keeps, per (transform, list), what it last wrote: the scorer,
-// decoded and without its rings, and every pane's tally, encoded. Beam
-// state still gets every write (it is what another worker or a restarted
-// one starts from); the cache saves the reads and the decode. Whether it
+// each read a round trip to the runner. So a process keeps, per
+// (transform, list), what it last wrote: the minute state and every
+// pane's tally, encoded. Beam state still gets every write (it is what
+// another worker or a restarted one starts from); the cache saves the
+// reads. Whether it
 // is current is told by a generation, a random number written to Gen with
 // every change of Scorer or Tallies: a call reads Gen first and uses its
 // copy only when the generations match; otherwise (another worker scored
@@ -540,19 +538,21 @@ func (fn *scoreFn) OnTimer(ctx context.Context, sp state.Provider, tp timers.Pro
 // (transforms/slide, beam.go); fault_test.go checks it here with failed
 // writes and discarded bundles.
 //
-// Memory: a scorer without rings is about 0.4 MB at the default cap of
-// 2,000 items, the panes' tallies up to a few hundred kB: bounded by the
-// lists a process scores, not by items or events (BENCHMARKS.md,
-// "Trending's state kept in memory").
+// Memory: the bytes, not a decoded scorer (about 0.45 MB in memory at the
+// default cap of 2,000 items, against 85 kB encoded: 303 lists of decoded
+// scorers held 0.34 GB more RSS, for a decode that is about 2% of a
+// replay's CPU). So it is bounded by the lists a process scores, not by
+// items or events (BENCHMARKS.md, "Trending's state kept in memory").
 
 // cached is a list's copy of its state, locked by the call that uses it.
 type cached struct {
 	mu  sync.Mutex
 	gen int64
-	// ok: panes (and sc when not nil) are Beam state as of generation gen.
+	// ok: panes (and minute when not nil) are Beam state as of
+	// generation gen.
 	ok bool
-	// sc is the scorer without its rings; nil: read Scorer.
-	sc *trend.Scorer
+	// minute is Scorer's value; nil: read Scorer.
+	minute []byte
 	// panes is Tallies: pane start (Unix ms) -> its users tally, encoded.
 	panes map[int64][]byte
 }
@@ -562,8 +562,8 @@ var cache sync.Map // scoreFn.ID + "\x00" + list key -> *cached
 var cacheMisses = beam.NewCounter("topk", "trend_cache_misses")
 
 // lock returns the list's copy, locked and current with Beam state: read
-// from there (every pane; the scorer is read by the caller) when the
-// generations differ.
+// from there (every pane; the minute state is read by the caller) when
+// the generations differ.
 func (fn *scoreFn) lock(ctx context.Context, sp state.Provider, key string) (*cached, error) {
 	v, _ := cache.LoadOrStore(fn.ID+"\x00"+key, &cached{})
 	c := v.(*cached)
@@ -577,7 +577,7 @@ func (fn *scoreFn) lock(ctx context.Context, sp state.Provider, key string) (*ca
 		return c, nil
 	}
 	cacheMisses.Inc(ctx, 1)
-	c.ok, c.sc, c.panes = false, nil, nil
+	c.ok, c.minute, c.panes = false, nil, nil
 	keys, _, err := fn.Tallies.Keys(sp)
 	if err != nil {
 		c.mu.Unlock()
@@ -614,7 +614,7 @@ func (fn *scoreFn) save(sp state.Provider, c *cached) error {
 // discards its bundle's writes.
 func (c *cached) done(saved *bool) {
 	if !*saved {
-		c.ok, c.sc, c.panes = false, nil, nil
+		c.ok, c.minute, c.panes = false, nil, nil
 	}
 	c.mu.Unlock()
 }
