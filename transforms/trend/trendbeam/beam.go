@@ -526,17 +526,16 @@ func (fn *scoreFn) OnTimer(ctx context.Context, sp state.Provider, tp timers.Pro
 // (transform, list), what it last wrote: the minute state and every
 // pane's tally, encoded. Beam state still gets every write (it is what
 // another worker or a restarted one starts from); the cache saves the
-// reads. Whether it
-// is current is told by a generation, a random number written to Gen with
-// every change of Scorer or Tallies: a call reads Gen first and uses its
-// copy only when the generations match; otherwise (another worker scored
-// the list meanwhile, the process restarted, or a bundle's writes were
-// discarded by the runner after this call returned) it reads Beam state
-// as before. A call that fails drops the list's copy; a generation is
-// random so that one a discarded bundle left in the cache never matches
-// what Beam state reaches without it. This is the sliding windows' scheme
-// (transforms/slide, beam.go); fault_test.go checks it here with failed
-// writes and discarded bundles.
+// reads. Whether it is current is told by a generation, a random number
+// written to Gen with every change of Scorer or Tallies: a call reads Gen
+// first and uses its copy only when the generations match; otherwise
+// (another worker scored the list meanwhile, the process restarted, or a
+// bundle's writes were discarded by the runner after this call returned)
+// it reads Beam state as before. A call that fails drops the list's copy;
+// a generation is random so that one a discarded bundle left in the cache
+// never matches what Beam state reaches without it. This is the sliding
+// windows' scheme (transforms/slide, beam.go); fault_test.go checks it
+// here with failed writes and discarded bundles.
 //
 // Memory: the bytes, not a decoded scorer (about 0.45 MB in memory at the
 // default cap of 2,000 items, against 85 kB encoded: 303 lists of decoded
@@ -756,8 +755,14 @@ func (fn *scoreFn) usersInput(ctx context.Context, asOf time.Time, panes map[int
 	// it get an entry), in pane order.
 	u := users.NewTally()
 	var raws [][]byte
-	var rawPanes []int64
-	for b := to - window5m; b < to; b += fn.PaneMs {
+	var rawPanes, in5m []int64
+	for b := range panes {
+		if b >= to-window5m && b < to {
+			in5m = append(in5m, b)
+		}
+	}
+	slices.Sort(in5m)
+	for _, b := range in5m {
 		if t := fresh[b]; t != nil {
 			delete(fresh, b)
 			if err := u.Absorb(t); err != nil { // see unitePieces: skipped, not fatal
@@ -765,9 +770,7 @@ func (fn *scoreFn) usersInput(ctx context.Context, asOf time.Time, panes map[int
 			}
 			continue
 		}
-		if raw, ok := panes[b]; ok {
-			raws, rawPanes = append(raws, raw), append(rawPanes, b)
-		}
+		raws, rawPanes = append(raws, panes[b]), append(rawPanes, b)
 	}
 	for i, err := range u.UniteTop(raws, fn.Trend.MaxItems) {
 		if err != nil {
