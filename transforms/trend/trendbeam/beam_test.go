@@ -3,10 +3,12 @@ package trendbeam
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -22,7 +24,9 @@ import (
 	"github.com/topk-dev/topk/schemas"
 	"github.com/topk-dev/topk/transforms/publish"
 	"github.com/topk-dev/topk/transforms/publish/liststore"
+	"github.com/topk-dev/topk/transforms/summary"
 	"github.com/topk-dev/topk/transforms/trend"
+	"github.com/topk-dev/topk/transforms/users"
 )
 
 // Pipelines in these tests run on Prism in-process (ptest's default runner).
@@ -277,5 +281,51 @@ func TestPane(t *testing.T) {
 		if got := c.pane(); got != tc.want {
 			t.Errorf("every %v, bucket %v: pane %v, want %v", tc.every, tc.bucket, got, tc.want)
 		}
+	}
+}
+
+// TestUsersInputPanesInRange: the 5 minutes' input unites every pane that
+// starts in [as_of - 5m, as_of), and no other, also when the panes are not
+// aligned to as_of - 5m (a 7 s bucket under a 1-minute cadence: panes of
+// 7 s, as TestPane says).
+func TestUsersInputPanesInRange(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Trend.Counts = schemas.CountsUsers
+	cfg.Bucket = 7 * time.Second
+	fn := newScoreFn(cfg)
+	if fn.PaneMs != 7000 {
+		t.Fatalf("pane %d ms, want 7000", fn.PaneMs)
+	}
+	asOf := t0.Add(10 * time.Minute)
+	to := asOf.UnixMilli()
+	panes := map[int64][]byte{}
+	want := map[string]bool{}
+	for p := (to - window5m - 2*fn.PaneMs) / fn.PaneMs * fn.PaneMs; p < to+2*fn.PaneMs; p += fn.PaneMs {
+		tl := users.NewTally()
+		item := "#p" + strconv.FormatInt(p, 10)
+		uh := users.Hash("u" + item)
+		tl.Pairs.AddHash(users.PairHash(uh, summary.Hash(item)))
+		en := tl.Entry(item)
+		en.Count++
+		en.Users.AddHash(uh)
+		b, err := tl.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		panes[p] = b
+		if p >= to-window5m && p < to {
+			want[item] = true
+		}
+	}
+	in := fn.usersInput(context.Background(), asOf, panes, nil)
+	got := map[string]bool{}
+	for _, c := range in.Items {
+		got[c.Item] = true
+	}
+	if len(want) < 40 || !maps.Equal(got, want) {
+		t.Fatalf("items of the panes united: %d %v, want the %d panes in range %v", len(got), got, len(want), want)
+	}
+	if in.Total != uint64(len(want)) {
+		t.Fatalf("total %d pairs, want %d", in.Total, len(want))
 	}
 }
