@@ -24,7 +24,6 @@ import (
 	"github.com/topk-dev/topk/schemas"
 	"github.com/topk-dev/topk/transforms/publish"
 	"github.com/topk-dev/topk/transforms/publish/liststore"
-	"github.com/topk-dev/topk/transforms/summary"
 	"github.com/topk-dev/topk/transforms/trend"
 	"github.com/topk-dev/topk/transforms/users"
 )
@@ -303,11 +302,7 @@ func TestUsersInputPanesInRange(t *testing.T) {
 	for p := (to - window5m - 2*fn.PaneMs) / fn.PaneMs * fn.PaneMs; p < to+2*fn.PaneMs; p += fn.PaneMs {
 		tl := users.NewTally()
 		item := "#p" + strconv.FormatInt(p, 10)
-		uh := users.Hash("u" + item)
-		tl.Pairs.AddHash(users.PairHash(uh, summary.Hash(item)))
-		en := tl.Entry(item)
-		en.Count++
-		en.Users.AddHash(uh)
+		addEvent(tl, item, "u"+item)
 		b, err := tl.MarshalBinary()
 		if err != nil {
 			t.Fatal(err)

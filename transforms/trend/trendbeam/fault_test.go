@@ -67,11 +67,7 @@ func TestScoreFnRandomFailures(t *testing.T) {
 					if item == "#new" {
 						u = fmt.Sprintf("n%d-%d-%d", b, piece, k)
 					}
-					uh := users.Hash(u)
-					tl.Pairs.AddHash(users.PairHash(uh, summary.Hash(item)))
-					en := tl.Entry(item)
-					en.Count++
-					en.Users.AddHash(uh)
+					addEvent(tl, item, u)
 				}
 			}
 			blob, err := tl.MarshalBinary()
@@ -252,4 +248,15 @@ func sameTrending(t *testing.T, ms int64, got, want map[string]string) int {
 		}
 	}
 	return n
+}
+
+// addEvent counts one event of user on item in tl, as the
+// pre-aggregation's tallies do: a (user, item) pair, the item's count and
+// its user.
+func addEvent(tl *users.Tally, item, user string) {
+	uh := users.Hash(user)
+	tl.Pairs.AddHash(users.PairHash(uh, summary.Hash(item)))
+	en := tl.Entry(item)
+	en.Count++
+	en.Users.AddHash(uh)
 }
