@@ -146,8 +146,9 @@ func (sc *Scorer) sortedItems() []*item {
 		}
 	}
 	out = append(append(out, old...), fresh...)
-	// A scorer that lives on after it is encoded (trendbeam's cache) sorts
-	// only the items that start tracking from here on.
+	// A scorer encoded again later (one that stays live, as the tests'
+	// in-memory scorers do) sorts only the items that start tracking
+	// from here on.
 	sc.order = out
 	return out
 }
