@@ -182,6 +182,12 @@ func Build(s beam.Scope, cfg Config) error {
 		// whole file would.
 		cfg.Source.File.Slack = need
 	}
+	if cfg.SourceOpts.Bucket == 0 {
+		// The readers end their calls where a checkpoint can close a
+		// bucket: one pre-aggregation flush per bucket at low rates, not
+		// one per second (source.Options.Bucket).
+		cfg.SourceOpts.Bucket = cfg.Preagg.Bucket
+	}
 	beacons, srcDead := source.Read(s, cfg.Source, cfg.SourceOpts)
 	// A runner's retry of a discarded bundle is told from a duplicate by
 	// its beacon where the source delivers each beacon once.

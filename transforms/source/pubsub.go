@@ -52,6 +52,8 @@ const (
 	// maxPendingAcks bounds the ack ids one residual carries (~200 bytes
 	// each on Google Cloud).
 	maxPendingAcks = 20_000
+	// minAckDeadline is Pub/Sub's shortest ack deadline.
+	minAckDeadline = 10 * time.Second
 	// minPullWait is the shortest deadline of a long-polling Pull.
 	minPullWait = time.Second
 	// pullTimeout bounds a return-immediately Pull.
@@ -77,9 +79,11 @@ type pullFn struct {
 	Endpoint    string
 	MaxMessages int32
 	BundleTime  time.Duration
-	IdleStop    time.Duration
-	Slack       time.Duration
-	Readers     int
+	// Bucket: calls end where a checkpoint can close a bucket (callEnd).
+	Bucket   time.Duration
+	IdleStop time.Duration
+	Slack    time.Duration
+	Readers  int
 	// Log, when enabled, is the recovery log (pubsublog.go); Run is this
 	// run's id and [ReplayFrom, ReplayTo) the publish times (Unix ms) shard
 	// 0 replays from it before reading the subscription.
@@ -87,10 +91,11 @@ type pullFn struct {
 	Run                  string
 	ReplayFrom, ReplayTo int64
 
-	conn     *grpc.ClientConn
-	sub      *vkit.SubscriptionAdminClient
-	log      *recoverylog.Log
-	logReady bool // the log's table exists
+	conn        *grpc.ClientConn
+	sub         *vkit.SubscriptionAdminClient
+	ackDeadline time.Duration // the subscription's (Setup)
+	log         *recoverylog.Log
+	logReady    bool // the log's table exists
 }
 
 func (fn *pullFn) Setup(ctx context.Context) error {
@@ -114,6 +119,15 @@ func (fn *pullFn) Setup(ctx context.Context) error {
 		return fmt.Errorf("pubsub client: %w", err)
 	}
 	fn.sub = sub
+	// Read to bound calls that ack late (see ProcessElement); a reader
+	// allowed to pull but not to read the subscription's settings assumes
+	// Pub/Sub's shortest deadline.
+	fn.ackDeadline = minAckDeadline
+	gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	if s, err := sub.GetSubscription(gctx, &pb.GetSubscriptionRequest{Subscription: fn.Subscription}); err == nil && s.GetAckDeadlineSeconds() > 0 {
+		fn.ackDeadline = time.Duration(s.GetAckDeadlineSeconds()) * time.Second
+	}
+	cancel()
 	return fn.setupLog(ctx)
 }
 
@@ -175,10 +189,13 @@ func (fn *pullFn) WatermarkEstimatorState(e *pullEstimator) int64 {
 }
 
 // ProcessElement acks what the previous bundle emitted, then pulls and emits
-// until BundleTime has passed or maxPendingAcks messages were emitted
+// until the call's end (callEnd: BundleTime when its checkpoint may close a
+// bucket, else when one can), maxCallBytes or maxPendingAcks messages were
+// emitted
 // (checkpoint now, so that output and the watermark move on), a Pull comes
-// back empty (checkpoint and resume after idleResume), or, with IdleStop,
-// nothing has arrived for that long (stop).
+// back empty (checkpoint and resume after idleResume; a call that emitted
+// and cannot close a bucket yet pulls again after idleResume instead), or,
+// with IdleStop, nothing has arrived for that long (stop).
 func (fn *pullFn) ProcessElement(ctx context.Context, we *pullEstimator, rt *streamTracker, _ []byte, emit func(beam.EventTime, []byte)) (sdf.ProcessContinuation, error) {
 	// The runner runs a residual only once the bundle that returned it has
 	// committed: the messages it carries ack ids for are safely downstream.
@@ -198,14 +215,20 @@ func (fn *pullFn) ProcessElement(ctx context.Context, we *pullEstimator, rt *str
 		handle = fn.logAndEmit
 	}
 	start := time.Now()
+	end, due := callEnd(start, we.wm, fn.Bucket, fn.Slack, fn.BundleTime)
+	if limit := start.Add(fn.ackDeadline / 3); !due && fn.log == nil && limit.Before(end) {
+		// Without the recovery log a call's messages are acked when the
+		// next call starts: a long call ends well within their deadline.
+		end = limit
+	}
 	last := rt.GetRestriction().(streamRestriction).Mark
 	if last == 0 {
 		last = start.UnixNano()
 		rt.setMark(last)
 	}
-	emitted := 0
+	emitted, bytes := 0, 0
 	for {
-		resp, err := fn.pull(ctx, start)
+		resp, err := fn.pull(ctx, end)
 		now := time.Now()
 		pubsubPulls.Inc(ctx, 1)
 		if err != nil {
@@ -214,6 +237,17 @@ func (fn *pullFn) ProcessElement(ctx context.Context, we *pullEstimator, rt *str
 		msgs := resp.GetReceivedMessages()
 		if len(msgs) == 0 {
 			pubsubEmptyPulls.Inc(ctx, 1)
+			if emitted > 0 && !due {
+				// A call that cannot close a bucket before its end waits
+				// for more rather than checkpointing (callEnd).
+				if wait := min(idleResume, time.Until(end)); wait > 0 {
+					if err := sleepUntil(ctx, now.Add(wait)); err != nil {
+						return nil, fmt.Errorf("pubsub pull %s: %w", fn.Subscription, err)
+					}
+					continue
+				}
+				return sdf.ResumeProcessingIn(0), nil
+			}
 			we.idle(now)
 			// Only a call that emitted nothing may stop: the ack ids of
 			// emitted messages travel with the residual.
@@ -229,15 +263,19 @@ func (fn *pullFn) ProcessElement(ctx context.Context, we *pullEstimator, rt *str
 			return sdf.ResumeProcessingIn(errorResume), nil
 		}
 		emitted += n
+		for _, m := range msgs { // pulled, whether emitted or not: about
+			bytes += len(m.GetMessage().GetData())
+		}
 		stagemetrics.SourceMessages("pubsub", n)
 		if stop {
 			return sdf.StopProcessing(), nil
 		}
 		rt.setMark(now.UnixNano())
 		last = now.UnixNano()
-		// Checkpoint after BundleTime, or earlier when the ack ids the
-		// residual must carry grow large (many small messages).
-		if now.Sub(start) >= fn.BundleTime || emitted >= maxPendingAcks {
+		// Checkpoint at the call's end (callEnd), after maxCallBytes, or
+		// earlier when the ack ids the residual must carry grow large (many
+		// small messages).
+		if !now.Before(end) || bytes >= maxCallBytes || emitted >= maxPendingAcks {
 			return sdf.ResumeProcessingIn(0), nil
 		}
 	}
@@ -293,14 +331,14 @@ func (fn *pullFn) pullFailed(ctx context.Context, err error, emitted int, now ti
 // official emulator otherwise holds an empty Pull until the client's
 // deadline, and a Pull cut short by a client deadline after the server
 // handed it messages leaves them out until their ack deadline. Google Cloud
-// discourages return-immediately, so there it long-polls, bounded so that a
-// bundle stays near BundleTime (emitted messages wait for the next call to be
-// acked); a deadline that passes is an empty pull, not an error.
-func (fn *pullFn) pull(ctx context.Context, start time.Time) (*pb.PullResponse, error) {
+// discourages return-immediately, so there it long-polls, bounded so that the
+// call ends near end (callEnd; emitted messages wait for the next call to
+// be acked); a deadline that passes is an empty pull, not an error.
+func (fn *pullFn) pull(ctx context.Context, end time.Time) (*pb.PullResponse, error) {
 	immediate := fn.Endpoint != ""
 	wait := pullTimeout
 	if !immediate {
-		wait = max(fn.BundleTime-time.Since(start), minPullWait)
+		wait = max(time.Until(end), minPullWait)
 	}
 	pctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()

@@ -21,9 +21,11 @@
 // watermark the reader has already reported (a late beacon carries the
 // reader's clock, so the pre-aggregator counts its late events in
 // late_dropped instead of the runner dropping them unseen). A call pulls until
-// Options.BundleTime has passed and then self-checkpoints
-// (ResumeProcessingIn(0)), because output and the watermark reach the runner
-// only at a checkpoint; an empty pull checkpoints with a short delay. Option
+// its end and then self-checkpoints (ResumeProcessingIn(0)), because output
+// and the watermark reach the runner only at a checkpoint: Options.BundleTime
+// when the checkpoint may move the watermark past a bucket boundary, else
+// until it can (callEnd, calls.go); an empty pull checkpoints with a short
+// delay, except in a call that emitted and cannot close a bucket yet. Option
 // idle_stop=D returns sdf.StopProcessing after D without a message, which is
 // how a finite run on Prism ends cleanly (windows and timers flush).
 //
@@ -102,7 +104,9 @@
 // synthetic:rate=R,duration=D,... — unbounded: a seeded generator (see
 // Generator) of beacons at R events/s for D, Zipf over N items, for
 // benchmarks and the local run. Element timestamp and event time are the wall
-// clock when the beacon is built; the watermark is the wall clock.
+// clock when the beacon is built; the watermark is the wall clock. A call
+// ends at the next bucket boundary (Options.Bucket; callEnd), or after
+// maxCallEvents events.
 //
 // Wall clock: the generator is the only source that stamps data with it.
 // The Pub/Sub reader reads it only for processing-time decisions (bundle
@@ -148,10 +152,17 @@ type Options struct {
 	// MaxMessages is the most messages one Pull asks for. 0 means 1000.
 	MaxMessages int
 	// BundleTime is how long an unbounded source emits before it
-	// checkpoints. Output and the watermark move downstream at checkpoints,
-	// so it bounds the source's share of latency; shorter costs more
-	// per-bundle overhead. 0 means 1 s.
+	// checkpoints when its checkpoint may close a bucket (with Bucket set;
+	// every call without it), and how long the file source's calls are.
+	// Output and the watermark move downstream at checkpoints, so it
+	// bounds the source's share of latency; shorter costs more per-bundle
+	// overhead. 0 means 1 s.
 	BundleTime time.Duration
+	// Bucket is the pre-aggregation's event-time bucket (the fast path
+	// sets it): the synthetic and Pub/Sub readers end their calls where a
+	// checkpoint can close one rather than every BundleTime (see callEnd).
+	// 0: every call is BundleTime long.
+	Bucket time.Duration
 	// BundleBeacons, when > 0, also ends a file source's call after that
 	// many beacons: bundle boundaries at fixed places in the file, not at
 	// wall-clock moments, for tests and benchmarks whose results depend
@@ -197,6 +208,9 @@ func (o Options) Validate() error {
 	}
 	if o.BundleTime < 0 || o.BundleTime > maxBundleTime {
 		return fmt.Errorf("source options: bundle time %s is not in [0, %s]", o.BundleTime, maxBundleTime)
+	}
+	if o.Bucket < 0 {
+		return fmt.Errorf("source options: bucket %s < 0", o.Bucket)
 	}
 	if o.BundleBeacons < 0 {
 		return fmt.Errorf("source options: bundle beacons %d < 0", o.BundleBeacons)
@@ -257,7 +271,7 @@ func Read(s beam.Scope, spec Spec, opts Options) (beacons, deadLetters beam.PCol
 		return beam.ParDo2(s, &fileFn{Path: spec.File.Path, Beacon: spec.File.Beacon, Slack: spec.File.Slack, BundleTime: opts.BundleTime, BundleBeacons: opts.BundleBeacons}, imp)
 	case KindSynthetic:
 		imp := beam.Impulse(s)
-		beacons = beam.ParDo(s, &syntheticFn{Spec: spec.Synthetic, BundleTime: opts.BundleTime}, imp)
+		beacons = beam.ParDo(s, &syntheticFn{Spec: spec.Synthetic, BundleTime: opts.BundleTime, Bucket: opts.Bucket}, imp)
 		return beacons, emptyDeadLetters(s)
 	case KindPubsub:
 		p := spec.Pubsub
@@ -270,6 +284,7 @@ func Read(s beam.Scope, spec Spec, opts Options) (beacons, deadLetters beam.PCol
 			Endpoint:     opts.PubsubEndpoint,
 			MaxMessages:  int32(opts.MaxMessages),
 			BundleTime:   opts.BundleTime,
+			Bucket:       opts.Bucket,
 			IdleStop:     p.IdleStop,
 			Slack:        p.Slack,
 			Readers:      p.Readers,

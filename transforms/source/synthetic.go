@@ -107,6 +107,9 @@ func appendItem(a []byte, typ string, r uint64) []byte {
 type syntheticFn struct {
 	Spec       SyntheticSpec
 	BundleTime time.Duration
+	// Bucket is the pre-aggregation's bucket: a call ends at the next
+	// multiple of it (see callEnd); 0: after BundleTime.
+	Bucket time.Duration
 
 	gen *Generator
 }
@@ -153,10 +156,15 @@ func (fn *syntheticFn) CreateWatermarkEstimator() *sdf.WallTimeWatermarkEstimato
 }
 
 // ProcessElement emits the beacons that are due, sleeping between them, and
-// checkpoints after BundleTime (or before a wait longer than what is left of
-// it) so that output and the watermark move on.
+// checkpoints at the call's end (callEnd: the next bucket boundary, or
+// after BundleTime without a bucket) or after maxCallBytes, so that
+// output and the watermark move on. A beacon due at or after the call's end
+// is left to the next call; when the next beacon is due after it, the call
+// sleeps until its end (not its beacon's time), so that the checkpoint's
+// watermark, the wall clock, passes the boundary.
 func (fn *syntheticFn) ProcessElement(ctx context.Context, _ *sdf.WallTimeWatermarkEstimator, rt *streamTracker, _ []byte, emit func(beam.EventTime, []byte)) (sdf.ProcessContinuation, error) {
 	start := time.Now()
+	end, _ := callEnd(start, start.UnixMilli(), fn.Bucket, 0, fn.BundleTime)
 	r := rt.GetRestriction().(streamRestriction)
 	t0 := r.Mark
 	if t0 == 0 {
@@ -164,22 +172,27 @@ func (fn *syntheticFn) ProcessElement(ctx context.Context, _ *sdf.WallTimeWaterm
 		rt.setMark(t0)
 	}
 	g := fn.gen
+	bytes := 0
 	for k := r.Next; ; k++ {
 		now := time.Now()
 		if g.wallLimited() && now.Sub(time.Unix(0, t0)) >= fn.Spec.Duration {
 			return sdf.StopProcessing(), nil
 		}
 		if due := time.Unix(0, t0).Add(g.Due(k)); now.Before(due) {
-			wait := due.Sub(now)
-			if now.Add(wait).Sub(start) >= fn.BundleTime {
-				return sdf.ResumeProcessingIn(wait), nil
+			wait := due
+			if !due.Before(end) {
+				wait = end
 			}
-			select {
-			case <-ctx.Done():
-				return nil, fmt.Errorf("synthetic source: %w", ctx.Err())
-			case <-time.After(wait):
+			if err := sleepUntil(ctx, wait); err != nil {
+				return nil, fmt.Errorf("synthetic source: %w", err)
+			}
+			if !due.Before(end) {
+				return sdf.ResumeProcessingIn(max(time.Until(due), 0)), nil
 			}
 			now = time.Now()
+		}
+		if !now.Before(end) {
+			return sdf.ResumeProcessingIn(0), nil
 		}
 		if !rt.TryClaim(k) {
 			return sdf.StopProcessing(), nil
@@ -194,9 +207,25 @@ func (fn *syntheticFn) ProcessElement(ctx context.Context, _ *sdf.WallTimeWaterm
 		copy(out, data)
 		emit(mtime.FromTime(now), out)
 		syntheticEvents.Inc(ctx, int64(n))
-		if now.Sub(start) >= fn.BundleTime {
+		if bytes += len(out); bytes >= maxCallBytes {
 			return sdf.ResumeProcessingIn(0), nil
 		}
+	}
+}
+
+// sleepUntil waits until t or ctx's end.
+func sleepUntil(ctx context.Context, t time.Time) error {
+	d := time.Until(t)
+	if d <= 0 {
+		return nil
+	}
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-tm.C:
+		return nil
 	}
 }
 

@@ -1,0 +1,182 @@
+package source
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+	"github.com/topk-dev/topk/internal/pubsubx"
+	"github.com/topk-dev/topk/schemas"
+)
+
+func TestCallEnd(t *testing.T) {
+	at := func(s float64) time.Time { return time.UnixMilli(int64(s * 1000)) }
+	ms := func(s float64) int64 { return int64(s * 1000) }
+	const sec = time.Second
+	for _, tt := range []struct {
+		name                  string
+		start                 time.Time
+		wm                    int64
+		bucket, slack, bundle time.Duration
+		end                   time.Time
+		due                   bool
+	}{
+		{"no bucket: every call BundleTime", at(12.345), ms(12.345), 0, 0, sec, at(13.345), true},
+		{"wall-clock watermark: to the next boundary", at(12.345), ms(12.345), 10 * sec, 0, sec, at(20), false},
+		{"on a boundary: to the next one", at(20), ms(20), 10 * sec, 0, sec, at(30), false},
+		{"slack: nothing closes before boundary + slack", at(11), ms(8), 10 * sec, 2 * sec, sec, at(12), false},
+		{"a close is due: BundleTime", at(12.5), ms(8), 10 * sec, 2 * sec, sec, at(13.5), true},
+		{"closed just now: long again", at(13.5), ms(10.2), 10 * sec, 2 * sec, sec, at(22), false},
+		{"backlog: the watermark far behind, always due", at(100), ms(8), 10 * sec, 2 * sec, sec, at(101), true},
+		{"watermark ahead of the clock: one bucket at most", at(20), ms(50), 10 * sec, 2 * sec, sec, at(30), false},
+		{"no watermark yet", at(20), -9223372036854775, 10 * sec, 2 * sec, sec, at(21), true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			end, due := callEnd(tt.start, tt.wm, tt.bucket, tt.slack, tt.bundle)
+			if !end.Equal(tt.end) || due != tt.due {
+				t.Errorf("callEnd = %v, %v; want %v, %v", end.UnixMilli(), due, tt.end.UnixMilli(), tt.due)
+			}
+		})
+	}
+}
+
+// TestSyntheticCallsFollowBuckets drives the synthetic reader call by call
+// as a runner would (checkpoint, resume after the delay it asks for) with
+// 100 ms buckets: every call's beacons lie in one bucket, and a call that
+// checkpoints returns only once the wall clock (its watermark) has passed
+// that bucket's end, so the bucket closes at the checkpoint. With calls of
+// BundleTime the beacons of most calls straddle a boundary.
+func TestSyntheticCallsFollowBuckets(t *testing.T) {
+	const bucket = 100 * time.Millisecond
+	spec, err := ParseSpec("synthetic:rate=20000,duration=700ms,beacon=20,items=1000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn := &syntheticFn{Spec: spec.withDefaults().Synthetic, BundleTime: time.Second, Bucket: bucket}
+	if err := fn.Setup(); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	r := fn.CreateInitialRestriction(nil)
+	events, calls := 0, 0
+	buckets := map[int64]bool{}
+	for {
+		calls++
+		if calls > 100 {
+			t.Fatal("more than 100 calls")
+		}
+		rt := fn.CreateTracker(r)
+		var lo, hi int64 = -1, -1
+		cont, err := fn.ProcessElement(ctx, nil, rt, nil, func(et beam.EventTime, data []byte) {
+			ms := int64(et)
+			if lo < 0 || ms < lo {
+				lo = ms
+			}
+			hi = max(hi, ms)
+			var b schemas.Beacon
+			if err := schemas.UnmarshalBeacon(data, &b); err != nil {
+				t.Fatal(err)
+			}
+			events += len(b.Events)
+		})
+		returned := time.Now().UnixMilli()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lo >= 0 {
+			b := floorMs(lo, bucket.Milliseconds())
+			if floorMs(hi, bucket.Milliseconds()) != b {
+				t.Errorf("call %d: beacons from %d to %d span two buckets", calls, lo, hi)
+			}
+			if buckets[b] {
+				t.Errorf("call %d: bucket %d already had a call", calls, b)
+			}
+			buckets[b] = true
+			if cont.ShouldResume() && returned < b+bucket.Milliseconds() {
+				t.Errorf("call %d checkpointed at %d, before its bucket's end %d", calls, returned, b+bucket.Milliseconds())
+			}
+		}
+		if !cont.ShouldResume() {
+			break
+		}
+		_, res, _ := rt.TrySplit(0)
+		if res == nil {
+			break
+		}
+		r = res.(streamRestriction)
+		time.Sleep(cont.ResumeDelay())
+	}
+	if events != 14000 {
+		t.Errorf("%d events; want 14000", events)
+	}
+	// 700 ms of 100 ms buckets: 7 or 8 buckets (the stream starts
+	// mid-bucket; more on a loaded machine, where the generator falls
+	// behind and catches up late), each one call, plus at most the call
+	// that finds the stream's end.
+	if len(buckets) < 7 || calls > len(buckets)+2 {
+		t.Errorf("%d calls over %d buckets", calls, len(buckets))
+	}
+}
+
+// TestPubsubLongCall: a Pub/Sub call whose checkpoint cannot close a bucket
+// does not end at an empty pull but pulls on until a close is due, so its
+// messages reach the pre-aggregation in one flush; a call with a close due
+// checkpoints at the empty pull, as every call did before.
+func TestPubsubLongCall(t *testing.T) {
+	srv := pubsubx.StartEmbedded()
+	defer srv.Close()
+	c, topic, sub := testSub(t, srv.Addr)
+	ctx := context.Background()
+	// A long call ends 1-2 s after it starts, a short one at its first
+	// empty pull: time enough for the three pulls of these 7 messages on
+	// a loaded machine.
+	const bucket, slack = time.Second, time.Second
+	fn := &pullFn{Subscription: sub, Endpoint: srv.Addr, MaxMessages: 3, BundleTime: 5 * time.Second, Bucket: bucket, Slack: slack}
+	if err := fn.Setup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer fn.Teardown()
+	if fn.ackDeadline != 10*time.Second { // testSub's: long calls end within a third of it
+		t.Errorf("ack deadline %v; want the subscription's 10s", fn.ackDeadline)
+	}
+	var msgs []*pb.PubsubMessage
+	for i := range 7 {
+		data, _ := testBeacon(t, i, 2)
+		msgs = append(msgs, &pb.PubsubMessage{Data: data})
+	}
+
+	for _, long := range []bool{true, false} {
+		publish(t, c, topic, msgs)
+		start := time.Now()
+		wm := start.UnixMilli() // the boundary after it is not closed yet
+		if !long {
+			wm -= time.Hour.Milliseconds() // far behind: a close is due
+		}
+		we := fn.CreateWatermarkEstimator(wm)
+		rt := newStreamTracker(streamRestriction{End: unbounded})
+		n := 0
+		cont, err := fn.ProcessElement(ctx, we, rt, nil, func(beam.EventTime, []byte) { n++ })
+		if err != nil {
+			t.Fatal(err)
+		}
+		end, due := callEnd(start, wm, bucket, slack, fn.BundleTime)
+		if due == long {
+			t.Fatalf("long %v: callEnd due %v", long, due)
+		}
+		if n != len(msgs) {
+			t.Errorf("long %v: %d messages in the call; want %d", long, n, len(msgs))
+		}
+		if long {
+			if time.Now().Before(end) || cont.ResumeDelay() != 0 {
+				t.Errorf("long call returned %v before its end (resume in %v)", time.Until(end), cont.ResumeDelay())
+			}
+		} else if cont.ResumeDelay() != idleResume {
+			t.Errorf("call with a close due: resume in %v; want %v (checkpoint at the empty pull)", cont.ResumeDelay(), idleResume)
+		}
+		// The next call acks them (the residual carries the ack ids).
+		_, res, _ := rt.TrySplit(0)
+		fn.ack(ctx, res.(streamRestriction).Acks)
+	}
+}
