@@ -10,6 +10,8 @@
 //	topk_stream_late_events_total                       events later than the allowed lateness, left to the exact path (topk/late_dropped)
 //	topk_stream_dead_letters_total{reason}              dead letters: reason "bad_beacon" (a beacon that does not decode; topk/bad_beacons) or "bad_event" (an event that fails validation; topk/bad_events)
 //	topk_stream_rules_dropped_total{reason}             events the countable-event rules drop: duplicate, blocked, bot, repeat, capped (topk/rules_dropped_*)
+//	topk_stream_preagg_bundles_total                    bundles the pre-aggregation ended, each in a flush of every list it touched: the source's calls (transforms/source, calls.go: about one per 10 s bucket and reader at low rates) (topk/preagg_flushes)
+//	topk_stream_state_cache_misses_total{stage}         a stateful stage read a key's Beam state back because its in-memory copy was missing or stale (stage "windows": topk/slide_rebuilds; "trending": topk/trend_cache_misses): each key's first use in a process, then restarts, keys moved between workers, bundles the runner discarded
 //	topk_stream_trend_tallies_total                     distinct-users tallies the pre-aggregation sent to the trend scorer (topk/trend_tallies)
 //	topk_stream_trend_tally_bytes_total                 their encoded bytes (topk/trend_tally_bytes): trending's volume, which most of its cost follows
 //	topk_stream_publish_failures_total                  failed attempts to publish a list to Redis (each retried with backoff; the job keeps running)
@@ -31,6 +33,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
+
+// Stages with an in-memory copy of their state (StateCacheMiss).
+const (
+	StageWindows  = "windows"
+	StageTrending = "trending"
+)
+
+// StateCacheMiss adds one read of a key's Beam state by stage because its
+// in-memory copy was missing or stale.
+func StateCacheMiss(stage string) { stateCacheMisses.WithLabelValues(stage).Inc() }
 
 // Dead-letter reasons.
 const (
@@ -57,6 +69,12 @@ var (
 	rulesUnverified = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "topk_stream_rules_unverified_total", Help: "What the fast path's bounded rule state could not judge, counted rather than dropped (the over-count the exact path corrects): unchecked_events (event_id not remembered), untracked_events and forgotten_keys ((user, item) state not kept).",
 	}, []string{"kind"})
+	preaggBundles = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "topk_stream_preagg_bundles_total", Help: "Bundles the pre-aggregation ended, each in a flush of every list it touched: the source's calls, about one per 10 s bucket and reader at low rates.",
+	})
+	stateCacheMisses = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "topk_stream_state_cache_misses_total", Help: "Times a stateful stage (windows, trending) read a key's Beam state back because its in-memory copy was missing or stale: first use in this process, a restart, a key moved between workers, a discarded bundle.",
+	}, []string{"stage"})
 	trendTallies = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "topk_stream_trend_tallies_total", Help: "Distinct-users tallies the pre-aggregation sent to the trend scorer (one per list, bucket and bundle).",
 	})
@@ -84,6 +102,8 @@ func init() {
 	deadLetters.WithLabelValues(BadBeacon)
 	deadLetters.WithLabelValues(BadEvent)
 	messages.WithLabelValues("pubsub")
+	stateCacheMisses.WithLabelValues(StageWindows)
+	stateCacheMisses.WithLabelValues(StageTrending)
 }
 
 // Collector serves every stage counter; register it once per registry.
@@ -92,7 +112,7 @@ func Collector() prometheus.Collector { return collector{} }
 type collector struct{}
 
 func (collector) all() []prometheus.Collector {
-	return []prometheus.Collector{messages, events, late, deadLetters, rulesDropped, rulesUnverified, trendTallies, trendTallyBytes, publishFailures, recoveryLog, recoveryLogWrite}
+	return []prometheus.Collector{messages, events, late, deadLetters, rulesDropped, rulesUnverified, preaggBundles, stateCacheMisses, trendTallies, trendTallyBytes, publishFailures, recoveryLog, recoveryLogWrite}
 }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
@@ -107,9 +127,10 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// Preagg adds one bundle of the pre-aggregation: events counted, beacons
-// and events dead-lettered, events dropped as late.
+// Preagg adds one bundle of the pre-aggregation: the bundle, events
+// counted, beacons and events dead-lettered, events dropped as late.
 func Preagg(countedEvents, badBeacons, badEvents, lateEvents int64) {
+	preaggBundles.Inc()
 	counted.Add(float64(countedEvents))
 	decoded.Add(float64(countedEvents + badEvents + lateEvents))
 	deadLetters.WithLabelValues(BadBeacon).Add(float64(badBeacons))

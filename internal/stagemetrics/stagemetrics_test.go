@@ -17,6 +17,8 @@ func TestPreaggAndRules(t *testing.T) {
 	RulesUnverified(6, 8, 9)
 	SourceMessages("pubsub", 7)
 	TrendTallies(2, 300)
+	StateCacheMiss(StageTrending)
+	StateCacheMiss(StageTrending)
 	fams, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -35,6 +37,9 @@ func TestPreaggAndRules(t *testing.T) {
 		"topk_stream_rules_unverified_total/forgotten_keys":   9,
 		"topk_stream_trend_tallies_total":                     2,
 		"topk_stream_trend_tally_bytes_total":                 300,
+		"topk_stream_preagg_bundles_total":                    1,
+		"topk_stream_state_cache_misses_total/trending":       2,
+		"topk_stream_state_cache_misses_total/windows":        0,
 	} {
 		if got[k] != want {
 			t.Errorf("%s = %v, want %v (all: %v)", k, got[k], want, got)

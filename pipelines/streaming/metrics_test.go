@@ -80,6 +80,16 @@ func TestStageMetrics(t *testing.T) {
 			t.Errorf("%s rose by %v, want %v", series, got, want)
 		}
 	}
+	// At least one bundle; each of the 2 partitions' window state first
+	// used in this process (a new job's keys) is a miss.
+	for series, least := range map[string]float64{
+		"topk_stream_preagg_bundles_total":             1,
+		"topk_stream_state_cache_misses_total/windows": 2,
+	} {
+		if got := d(series); got < least {
+			t.Errorf("%s rose by %v, want at least %v", series, got, least)
+		}
+	}
 }
 
 // scrape reads /metrics into stagemetrics.Values' form.

@@ -16,6 +16,7 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/timers"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
 
+	"github.com/topk-dev/topk/internal/stagemetrics"
 	"github.com/topk-dev/topk/transforms/summary"
 )
 
@@ -212,6 +213,7 @@ func (fn *windowsFn) load(ctx context.Context, sp state.Provider, key string) (*
 	}
 	// Rebuild from Beam state.
 	rebuilds.Inc(ctx, 1)
+	stagemetrics.StateCacheMiss(stagemetrics.StageWindows)
 	st := NewState(fn.config())
 	fired, _, err := fn.Fired.Read(sp)
 	if err != nil {

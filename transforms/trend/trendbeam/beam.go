@@ -70,6 +70,7 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/log"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
 
+	"github.com/topk-dev/topk/internal/stagemetrics"
 	"github.com/topk-dev/topk/schemas"
 	"github.com/topk-dev/topk/transforms/exact/store"
 	"github.com/topk-dev/topk/transforms/stitch"
@@ -576,6 +577,7 @@ func (fn *scoreFn) lock(ctx context.Context, sp state.Provider, key string) (*ca
 		return c, nil
 	}
 	cacheMisses.Inc(ctx, 1)
+	stagemetrics.StateCacheMiss(stagemetrics.StageTrending)
 	c.ok, c.minute, c.panes = false, nil, nil
 	keys, _, err := fn.Tallies.Keys(sp)
 	if err != nil {
