@@ -26,7 +26,8 @@ import "time"
 //     as every call did before: the bucket closes as soon as it did.
 //   - Otherwise no checkpoint before B + slack can close anything: the
 //     call runs until then (at most one bucket), so that the next call
-//     starts when a close is due.
+//     starts when a close is due; it also ends once it has run BundleTime
+//     and holds maxCallBytes (a high rate).
 //
 // The synthetic source's watermark is the wall clock at the checkpoint
 // (slack 0): its calls end at each boundary, one per bucket, and the
@@ -43,15 +44,21 @@ import "time"
 // minutes of event time) and Dataflow's native read (its bundles are the
 // runner's) are unchanged.
 
-// maxCallBytes also ends a synthetic or Pub/Sub call, after that many bytes
-// of beacons: at high rates a call of a whole bucket would hold seconds of
-// the pre-aggregation's output until it ends and then flush it all after
-// the boundary, where calls of BundleTime had flushed most of it before
-// (at 200k events/s the 1m lists' lag went from 3.9 to 8.0 s at the
+// maxCallBytes also ends a synthetic or Pub/Sub call that has run for
+// BundleTime (full): at high rates a call of a whole bucket would hold
+// seconds of the pre-aggregation's output until it ends and then flush it
+// all after the boundary, where calls of BundleTime had flushed most of it
+// before (at 200k events/s the 1m lists' lag went from 3.9 to 8.0 s at the
 // median). 8 MiB is about a second at 200k synthetic events/s (37 bytes
-// each) and 10 s at 20k, so calls are as long as before at high rates and
-// a bucket long at low ones.
+// each) and 10 s at 20k: calls are BundleTime long at high rates, as they
+// were, and a bucket long at low ones.
 const maxCallBytes = 8 << 20
+
+// full reports whether a call that started at start and has read bytes
+// should end now (maxCallBytes).
+func full(start, now time.Time, bytes int, bundleTime time.Duration) bool {
+	return bytes >= maxCallBytes && now.Sub(start) >= bundleTime
+}
 
 // callEnd is when a call that starts at start (wall clock) checkpoints,
 // given wm, the watermark the reader last reported (Unix ms), the bucket

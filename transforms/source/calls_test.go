@@ -42,6 +42,26 @@ func TestCallEnd(t *testing.T) {
 	}
 }
 
+// A call is full after maxCallBytes only once it has run BundleTime: at
+// high rates calls are as long as they were before calls followed buckets.
+func TestCallFull(t *testing.T) {
+	start := time.Unix(100, 0)
+	for _, tt := range []struct {
+		after time.Duration
+		bytes int
+		want  bool
+	}{
+		{2 * time.Second, maxCallBytes - 1, false},
+		{500 * time.Millisecond, maxCallBytes, false},
+		{time.Second, maxCallBytes, true},
+		{3 * time.Second, 2 * maxCallBytes, true},
+	} {
+		if got := full(start, start.Add(tt.after), tt.bytes, time.Second); got != tt.want {
+			t.Errorf("full after %v with %d bytes = %v, want %v", tt.after, tt.bytes, got, tt.want)
+		}
+	}
+}
+
 // TestSyntheticCallsFollowBuckets drives the synthetic reader call by call
 // as a runner would (checkpoint, resume after the delay it asks for) with
 // 100 ms buckets: every call's beacons lie in one bucket, and a call that

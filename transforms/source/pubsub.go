@@ -190,9 +190,9 @@ func (fn *pullFn) WatermarkEstimatorState(e *pullEstimator) int64 {
 
 // ProcessElement acks what the previous bundle emitted, then pulls and emits
 // until the call's end (callEnd: BundleTime when its checkpoint may close a
-// bucket, else when one can), maxCallBytes or maxPendingAcks messages were
-// emitted
-// (checkpoint now, so that output and the watermark move on), a Pull comes
+// bucket, else when one can), until it is full (maxCallBytes after
+// BundleTime) or maxPendingAcks messages were emitted (checkpoint now, so
+// that output and the watermark move on), a Pull comes
 // back empty (checkpoint and resume after idleResume; a call that emitted
 // and cannot close a bucket yet pulls again after idleResume instead), or,
 // with IdleStop, nothing has arrived for that long (stop).
@@ -272,10 +272,10 @@ func (fn *pullFn) ProcessElement(ctx context.Context, we *pullEstimator, rt *str
 		}
 		rt.setMark(now.UnixNano())
 		last = now.UnixNano()
-		// Checkpoint at the call's end (callEnd), after maxCallBytes, or
-		// earlier when the ack ids the residual must carry grow large (many
-		// small messages).
-		if !now.Before(end) || bytes >= maxCallBytes || emitted >= maxPendingAcks {
+		// Checkpoint at the call's end (callEnd), when full, or earlier
+		// when the ack ids the residual must carry grow large (many small
+		// messages).
+		if !now.Before(end) || full(start, now, bytes, fn.BundleTime) || emitted >= maxPendingAcks {
 			return sdf.ResumeProcessingIn(0), nil
 		}
 	}

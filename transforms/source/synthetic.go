@@ -157,8 +157,9 @@ func (fn *syntheticFn) CreateWatermarkEstimator() *sdf.WallTimeWatermarkEstimato
 
 // ProcessElement emits the beacons that are due, sleeping between them, and
 // checkpoints at the call's end (callEnd: the next bucket boundary, or
-// after BundleTime without a bucket) or after maxCallBytes, so that
-// output and the watermark move on. A beacon due at or after the call's end
+// after BundleTime without a bucket) or when full (maxCallBytes after
+// BundleTime), so that output and the watermark move on. A beacon due at
+// or after the call's end
 // is left to the next call; when the next beacon is due after it, the call
 // sleeps until its end (not its beacon's time), so that the checkpoint's
 // watermark, the wall clock, passes the boundary.
@@ -207,7 +208,7 @@ func (fn *syntheticFn) ProcessElement(ctx context.Context, _ *sdf.WallTimeWaterm
 		copy(out, data)
 		emit(mtime.FromTime(now), out)
 		syntheticEvents.Inc(ctx, int64(n))
-		if bytes += len(out); bytes >= maxCallBytes {
+		if bytes += len(out); full(start, now, bytes, fn.BundleTime) {
 			return sdf.ResumeProcessingIn(0), nil
 		}
 	}
