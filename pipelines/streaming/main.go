@@ -133,7 +133,7 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.CPUProfile, "cpuprofile", "", "write a CPU profile of the whole run (Prism runs in-process) to this file")
 	fs.DurationVar(&f.CPUProfileFrom, "cpuprofile_from", 0, "with --cpuprofile: start profiling this long after the job starts (a steady-state profile, without start-up)")
 	fs.DurationVar(&f.CPUProfileTo, "cpuprofile_to", 0, "with --cpuprofile: stop profiling this long after the job starts (0: at its end)")
-	fs.DurationVar(&f.BundleTime, "bundle_time", time.Second, "how long a Pub/Sub or synthetic call (bundle) emits when its checkpoint may close a 10 s bucket; the other calls run until one can, so a bucket costs one to three pre-aggregation flushes, not one per bundle_time (each bundle ends in one flush: longer is less work per event and more latency)")
+	fs.DurationVar(&f.BundleTime, "bundle_time", time.Second, "how long a Pub/Sub or synthetic call (bundle) emits when its checkpoint may close a 10 s bucket; the other calls run until one can, so a bucket costs one to four pre-aggregation flushes, not one per bundle_time (each bundle ends in one flush: longer is less work per event and more latency)")
 	fs.StringVar(&f.HeapProfile, "heapprofile", "", "write the heap profile at the run's largest in-use heap (checked every 10s; Prism's state is in it) to this file")
 	rd := preagg.DefaultRules() // the exact command's rules, with smaller stream state
 	f.Rules = rules.RegisterFlagsWith(fs, "", rd)

@@ -38,9 +38,8 @@ import "time"
 // call of BundleTime did. Without the recovery log its messages are acked
 // when the next call starts, so a long call also ends within a third of
 // the subscription's ack deadline (4 calls a bucket at Pub/Sub's shortest,
-// 10 s). A reader behind its data (a backlog: the
-// watermark far behind the wall clock) is always due, so it keeps
-// BundleTime calls. The file source (a replay: one BundleTime covers
+// 10 s). A reader behind its data (a backlog: the watermark far behind
+// the wall clock) is always due, so it keeps BundleTime calls. The file source (a replay: one BundleTime covers
 // minutes of event time) and Dataflow's native read (its bundles are the
 // runner's) are unchanged.
 

@@ -192,10 +192,10 @@ func (fn *pullFn) WatermarkEstimatorState(e *pullEstimator) int64 {
 // until the call's end (callEnd: BundleTime when its checkpoint may close a
 // bucket, else when one can), until it is full (maxCallBytes after
 // BundleTime) or maxPendingAcks messages were emitted (checkpoint now, so
-// that output and the watermark move on), a Pull comes
-// back empty (checkpoint and resume after idleResume; a call that emitted
-// and cannot close a bucket yet pulls again after idleResume instead), or,
-// with IdleStop, nothing has arrived for that long (stop).
+// that output and the watermark move on), a Pull comes back empty
+// (checkpoint and resume after idleResume; a call that emitted and cannot
+// close a bucket yet pulls again after idleResume instead), or, with
+// IdleStop, nothing has arrived for that long (stop).
 func (fn *pullFn) ProcessElement(ctx context.Context, we *pullEstimator, rt *streamTracker, _ []byte, emit func(beam.EventTime, []byte)) (sdf.ProcessContinuation, error) {
 	// The runner runs a residual only once the bundle that returned it has
 	// committed: the messages it carries ack ids for are safely downstream.
@@ -338,7 +338,10 @@ func (fn *pullFn) pull(ctx context.Context, end time.Time) (*pb.PullResponse, er
 	immediate := fn.Endpoint != ""
 	wait := pullTimeout
 	if !immediate {
-		wait = max(time.Until(end), minPullWait)
+		// Never longer than BundleTime: an idle subscription is noticed
+		// (and the watermark idles forward) as soon as it was before calls
+		// followed buckets.
+		wait = max(min(time.Until(end), fn.BundleTime), minPullWait)
 	}
 	pctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()

@@ -159,10 +159,9 @@ func (fn *syntheticFn) CreateWatermarkEstimator() *sdf.WallTimeWatermarkEstimato
 // checkpoints at the call's end (callEnd: the next bucket boundary, or
 // after BundleTime without a bucket) or when full (maxCallBytes after
 // BundleTime), so that output and the watermark move on. A beacon due at
-// or after the call's end
-// is left to the next call; when the next beacon is due after it, the call
-// sleeps until its end (not its beacon's time), so that the checkpoint's
-// watermark, the wall clock, passes the boundary.
+// or after the call's end is left to the next call; when the next beacon
+// is due after it, the call sleeps until its end (not its beacon's time),
+// so that the checkpoint's watermark, the wall clock, passes the boundary.
 func (fn *syntheticFn) ProcessElement(ctx context.Context, _ *sdf.WallTimeWatermarkEstimator, rt *streamTracker, _ []byte, emit func(beam.EventTime, []byte)) (sdf.ProcessContinuation, error) {
 	start := time.Now()
 	end, _ := callEnd(start, start.UnixMilli(), fn.Bucket, 0, fn.BundleTime)
