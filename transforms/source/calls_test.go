@@ -2,11 +2,17 @@ package source
 
 import (
 	"context"
+	"fmt"
+	"math"
+	"strings"
 	"testing"
 	"time"
 
+	"cloud.google.com/go/pubsub/v2"
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/passert"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/ptest"
 	"github.com/topk-dev/topk/internal/pubsubx"
 	"github.com/topk-dev/topk/schemas"
 )
@@ -199,4 +205,124 @@ func TestPubsubLongCall(t *testing.T) {
 		_, res, _ := rt.TrySplit(0)
 		fn.ack(ctx, res.(streamRestriction).Acks)
 	}
+}
+
+// TestPubsubLongCallsNoLog runs the Pub/Sub reader's long calls through
+// Prism without the recovery log, where a call's messages are acked only
+// when the next call starts. Beacons are published in a trickle, stamped
+// with their publish time, and read with a 30 s bucket, so most calls
+// cannot close a bucket and run long; the subscription's ack deadline is
+// 10 s.
+//
+//   - "in time": every beacon arrives exactly once and every message is
+//     acked once, over 13 s of publishing: a call that ran to its bucket's
+//     end (up to 30 s) would hold its messages past their deadline and
+//     Pub/Sub would deliver them again (the call's bound, a third of the
+//     deadline, is what this checks).
+//   - "failed bundle": a bundle failing midway ends the job; the messages
+//     of the calls committed before it are acked, the failed call's are
+//     not, and a second run gets exactly the unacked ones: nothing is lost.
+func TestPubsubLongCallsNoLog(t *testing.T) {
+	if testing.Short() {
+		t.Skip("publishes for 13 s and waits out a 10 s ack deadline")
+	}
+	opts := func(addr string) Options {
+		return Options{PubsubEndpoint: addr, MaxMessages: 10, BundleTime: 200 * time.Millisecond, Bucket: 30 * time.Second}
+	}
+	// trickle publishes n beacons, one every 100 ms, without a ts attribute
+	// (their publish time is their event time: close to the wall clock).
+	trickle := func(c *pubsub.Client, topic string, n int) (msgs []*pb.PubsubMessage, done chan struct{}) {
+		for i := range n {
+			data, _ := testBeacon(t, i, 2)
+			msgs = append(msgs, &pb.PubsubMessage{Data: data})
+		}
+		done = make(chan struct{})
+		go func() {
+			defer close(done)
+			for _, m := range msgs {
+				if _, err := c.TopicAdminClient.Publish(context.Background(), &pb.PublishRequest{Topic: topic, Messages: []*pb.PubsubMessage{m}}); err != nil {
+					t.Error(err)
+					return
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		}()
+		return msgs, done
+	}
+	read := func(s beam.Scope, addr, sub string) beam.PCollection {
+		spec, err := ParseSpec(fmt.Sprintf("pubsub:%s?idle_stop=3s,slack=1s", sub))
+		if err != nil {
+			t.Fatal(err)
+		}
+		beacons, dead := Read(s, spec, opts(addr))
+		passert.Empty(s, dead)
+		return beacons
+	}
+
+	t.Run("in time", func(t *testing.T) {
+		srv := pubsubx.StartEmbedded()
+		defer srv.Close()
+		c, topic, sub := testSub(t, srv.Addr)
+		const n = 130
+		from := time.Now().Add(-time.Second).UnixMilli()
+		_, done := trickle(c, topic, n)
+		var want []string
+		for i := range n {
+			want = append(want, fmt.Sprintf("b%d@pub", i))
+		}
+		p, s := beam.NewPipelineWithRoot()
+		keys := beam.ParDo(s, &messageKeyFn{PubFrom: from, PubTo: math.MaxInt64}, read(s, srv.Addr, sub))
+		passert.EqualsList(s, keys, want)
+		if err := ptest.Run(p); err != nil {
+			t.Fatalf("pipeline: %v", err)
+		}
+		<-done
+		for _, m := range srv.Srv.Messages() {
+			if m.Acks != 1 || m.Deliveries != 1 {
+				t.Errorf("message %s: %d deliveries, %d acks; want 1 and 1", m.ID, m.Deliveries, m.Acks)
+			}
+		}
+	})
+
+	t.Run("failed bundle", func(t *testing.T) {
+		srv := pubsubx.StartEmbedded()
+		defer srv.Close()
+		c, topic, sub := testSub(t, srv.Addr)
+		const n = 60
+		msgs, done := trickle(c, topic, n)
+		p, s := beam.NewPipelineWithRoot()
+		failOnSeen.Store(0)
+		beam.ParDo0(s, &failOnFn{FailAt: 40}, read(s, srv.Addr, sub))
+		err := ptest.Run(p)
+		if err == nil || !strings.Contains(err.Error(), "failing on purpose at element 40") {
+			t.Fatalf("run 1: %v; want the bundle holding element 40 to fail it", err)
+		}
+		<-done
+		byData := map[string]string{}
+		for i, m := range msgs {
+			byData[string(m.Data)] = fmt.Sprintf("b%d@pub", i)
+		}
+		var want []string
+		for _, m := range srv.Srv.Messages() {
+			if m.Acks == 0 {
+				want = append(want, byData[string(m.Data)])
+			}
+		}
+		t.Logf("run 1 failed as planned; %d of %d messages left unacked", len(want), n)
+		if len(want) == 0 || len(want) >= n-1 {
+			t.Fatalf("%d unacked after the failed run; want the calls before the failed one acked, the rest not", len(want))
+		}
+		time.Sleep(11 * time.Second) // the ack deadline of what the failed call pulled
+		p, s = beam.NewPipelineWithRoot()
+		keys := beam.ParDo(s, &messageKeyFn{PubFrom: 0, PubTo: math.MaxInt64}, read(s, srv.Addr, sub))
+		passert.EqualsList(s, keys, want)
+		if err := ptest.Run(p); err != nil {
+			t.Fatalf("run 2: %v", err)
+		}
+		for _, m := range srv.Srv.Messages() {
+			if m.Acks == 0 {
+				t.Errorf("message %s still unacked after run 2", m.ID)
+			}
+		}
+	})
 }

@@ -14,10 +14,12 @@ import (
 
 // TestDataflowDryRun: with Runner "dataflow" the Pub/Sub source is Beam's
 // native read, and the job translates for Dataflow offline (--dry_run, no
-// credentials).
+// credentials). environment_type is set because a Prism run earlier in
+// the package sets the process-wide flag to loopback when it is empty.
 func TestDataflowDryRun(t *testing.T) {
 	for name, value := range map[string]string{
 		"dry_run": "true", "project": "p", "region": "us-central1", "staging_location": "gs://b/s",
+		"environment_type": "docker",
 	} {
 		old := flag.Lookup(name).Value.String()
 		if err := flag.Set(name, value); err != nil {
