@@ -84,6 +84,27 @@ func (c *Counter) Add(item string, h uint64, n uint64) {
 	}
 }
 
+// Peek reads the memory Add(item, h, ...) will probe first (the slot at
+// h, and the arena bytes of the item found there when its hash is h) and
+// returns a value of no meaning, which the caller keeps so the loads are
+// not optimised away. A caller with many independent Adds to make (the
+// pre-aggregation: three per event, in counters far larger than the
+// caches) peeks at all of them first, so that the CPU has their cache
+// misses in flight together rather than one Add after another; the Adds
+// then find their lines in cache. This is group prefetching (Chen,
+// Ailamaki, Gibbons and Mowry, "Improving hash join performance through
+// prefetching", ICDE 2004) without a prefetch instruction, which Go does
+// not expose.
+//
+// hot path: once per event and scope.
+func (c *Counter) Peek(h uint64) uint64 {
+	s := &c.slots[h&uint64(len(c.slots)-1)]
+	if s.hash == h && s.len > 1 {
+		return uint64(c.arena[s.off])
+	}
+	return uint64(s.len)
+}
+
 func (c *Counter) grow() {
 	old := c.slots
 	c.slots = make([]slot, 2*len(old))

@@ -1,0 +1,93 @@
+package preagg
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/topk-dev/topk/schemas"
+	"github.com/topk-dev/topk/transforms/source"
+)
+
+// BenchmarkPreaggScale is the pre-aggregation's cost per event on the
+// streaming job's default workload rather than BenchmarkPreagg's small one:
+// the synthetic source's beacons (3 types, 20 countries with their regions,
+// 10M items Zipf 1.1), every scope, every rule, users tallies of the 64
+// biggest items (the job's defaults), flushed every 200,000 events (a 1 s
+// call at 200k events/s). Each flush touches a few thousand counters, so
+// an event's three counter probes mostly miss the caches, as in the job
+// (BENCHMARKS.md, "Counter probes made in batches").
+func BenchmarkPreaggScale(b *testing.B) {
+	const perFlush = 200_000
+	g, err := source.NewGenerator(source.SyntheticSpec{Items: 10_000_000, Zipf: 1.1, Seed: 1, Countries: 20})
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Three flushes' worth of beacons, all stamped within one 10 s bucket
+	// (a 1 s call's events span one or two buckets).
+	var beacons [][]byte
+	events := 0
+	for k := int64(0); events < 3*perFlush; k++ {
+		data, n, err := g.Beacon(k, t0.Add(time.Duration(events)*time.Second/perFlush%(10*time.Second)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		beacons = append(beacons, append([]byte(nil), data...))
+		events += n
+	}
+	perBeacon := events / len(beacons)
+	cfg := DefaultConfig()
+	rc := DefaultRules()
+	cfg.Rules = &rc
+	cfg.UsersTop = 64
+	benchLoop(b, cfg, beacons, perFlush/perBeacon, t0.Add(10*time.Second))
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*perBeacon), "ns/event")
+}
+
+// Property: a wave of distinct items (every event a new item, in every
+// scope) holds at most MaxDistinct keys plus one batch of Adds
+// (applyAdds) in the counters between beacons, and every event is still
+// counted exactly once in the summaries the flushes emit, those for
+// MaxDistinct and those for MaxPairs (users tallies) alike.
+func TestDistinctBoundBatched(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxDistinct = 1000
+	cfg.UsersTop, cfg.MaxPairs = 4, 700
+	h := newHarness(t, cfg)
+	want := map[string]uint64{}
+	regions := []string{"US-CA", "US-TX", "IN-MH", "DE-BE"}
+	for b := range 40 {
+		var evs []schemas.Event
+		for j := range 300 {
+			k := b*300 + j
+			e := ev(fmt.Sprintf("e%d", k), fmt.Sprintf("v_%d", k/2), "u_1", t0.Add(time.Duration(k)*time.Millisecond))
+			e.Region = regions[k%len(regions)]
+			e.Country = e.Region[:2]
+			evs = append(evs, e)
+			for _, sc := range []string{"global", e.Country, e.Region} {
+				want["video/"+sc+"/"+e.Item]++
+			}
+		}
+		h.send(t, t0.Add(time.Minute), evs...)
+		held := 0
+		for _, g := range h.fn.groups {
+			for _, c := range g.counters {
+				if c != nil {
+					held += c.Len()
+				}
+			}
+		}
+		if held > cfg.MaxDistinct+addBatch || len(h.fn.adds) != 0 {
+			t.Fatalf("after beacon %d: %d keys held, %d Adds pending; want at most MaxDistinct + addBatch = %d, none pending", b, held, len(h.fn.adds), cfg.MaxDistinct+addBatch)
+		}
+	}
+	h.finish()
+	if len(h.counts) != len(want) {
+		t.Errorf("%d (list, item) counts, want %d", len(h.counts), len(want))
+	}
+	for k, n := range want {
+		if h.counts[k] != n {
+			t.Errorf("%s: counted %d, want %d", k, h.counts[k], n)
+		}
+	}
+}
