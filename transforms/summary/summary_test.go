@@ -221,11 +221,15 @@ func TestCounterAddNoAlloc(t *testing.T) {
 	}
 }
 
+// TestCounterCounts: exact counts, Full at the cap, Reset empties; Peek
+// (the pre-aggregation's read ahead) changes nothing.
 func TestCounterCounts(t *testing.T) {
 	c := NewCounter(10)
 	want := map[string]uint64{}
 	for i := range 5000 {
 		it := "k" + strconv.Itoa(i%9)
+		c.Peek(Hash(it)) // reads only: the counts below are unchanged by it
+		c.Peek(uint64(i))
 		c.Add(it, Hash(it), uint64(i%3))
 		want[it] += uint64(i % 3)
 	}
