@@ -121,6 +121,10 @@ func (c *Counter) grow() {
 	}
 }
 
+// Slots is the size of the counter's table: the memory it holds (24
+// bytes a slot) and what Summary scans and Reset clears, whatever Len is.
+func (c *Counter) Slots() int { return len(c.slots) }
+
 // Len is the number of distinct items counted.
 func (c *Counter) Len() int { return c.n }
 
