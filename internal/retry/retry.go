@@ -88,15 +88,26 @@ func (p Policy) Do(ctx context.Context, op func(context.Context) error) (failure
 		failures++
 		// Full jitter: a uniform wait in [wait/2, wait], so many clients
 		// waiting on one service do not retry in step.
-		d := wait/2 + rand.N(wait/2+1)
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return failures, errors.Join(err, ctx.Err())
-		case <-t.C:
+		if serr := Sleep(ctx, wait/2+rand.N(wait/2+1)); serr != nil {
+			return failures, errors.Join(err, serr)
 		}
 		wait = min(2*wait, p.Max)
+	}
+}
+
+// Sleep waits d, or until ctx ends (then it returns ctx's error). A d of
+// zero or less returns at once.
+func Sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
 	}
 }
 

@@ -315,7 +315,7 @@ func (a *archiver) loop(ctx context.Context) error {
 				a.log.Warn("archive: pull failed; retrying with backoff until Pub/Sub answers (buffered messages stay unacknowledged)",
 					"failed_pulls", pullBackoff.failures, "err", err)
 			}
-			sleep(ctx, wait)
+			retry.Sleep(ctx, wait)
 			continue
 		}
 		if pullBackoff.failures > 0 {
@@ -326,7 +326,7 @@ func (a *archiver) loop(ctx context.Context) error {
 			if a.cfg.IdleStop > 0 && time.Since(lastMsg) >= a.cfg.IdleStop {
 				return a.stop(ctx)
 			}
-			sleep(ctx, a.cfg.IdleWait)
+			retry.Sleep(ctx, a.cfg.IdleWait)
 			continue
 		}
 		lastMsg = time.Now()
@@ -573,14 +573,4 @@ func (b *backoff) next() time.Duration {
 func (a *archiver) nextName(ext string) string {
 	a.seq++
 	return fmt.Sprintf("part-%s-%06d.%s", a.cfg.WriterID, a.seq, ext)
-}
-
-// sleep waits d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/log"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
 	"github.com/topk-dev/topk/internal/recoverylog"
+	"github.com/topk-dev/topk/internal/retry"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -241,7 +242,7 @@ func (fn *pullFn) ProcessElement(ctx context.Context, we *pullEstimator, rt *str
 				// A call that cannot close a bucket before its end waits
 				// for more rather than checkpointing (callEnd).
 				if wait := min(idleResume, time.Until(end)); wait > 0 {
-					if err := sleepUntil(ctx, now.Add(wait)); err != nil {
+					if err := retry.Sleep(ctx, wait); err != nil {
 						return nil, fmt.Errorf("pubsub pull %s: %w", fn.Subscription, err)
 					}
 					continue

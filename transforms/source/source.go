@@ -105,8 +105,8 @@
 // Generator) of beacons at R events/s for D, Zipf over N items, for
 // benchmarks and the local run. Element timestamp and event time are the wall
 // clock when the beacon is built; the watermark is the wall clock. A call
-// ends at the next bucket boundary (Options.Bucket; callEnd), or after
-// maxCallEvents events.
+// ends at the next bucket boundary (Options.Bucket; callEnd), or once it
+// has run BundleTime and holds maxCallBytes.
 //
 // Wall clock: the generator is the only source that stamps data with it.
 // The Pub/Sub reader reads it only for processing-time decisions (bundle

@@ -13,6 +13,7 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/mtime"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/sdf"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
+	"github.com/topk-dev/topk/internal/retry"
 	"github.com/topk-dev/topk/internal/zipf"
 	"github.com/topk-dev/topk/schemas"
 )
@@ -183,7 +184,7 @@ func (fn *syntheticFn) ProcessElement(ctx context.Context, _ *sdf.WallTimeWaterm
 			if !due.Before(end) {
 				wait = end
 			}
-			if err := sleepUntil(ctx, wait); err != nil {
+			if err := retry.Sleep(ctx, time.Until(wait)); err != nil {
 				return nil, fmt.Errorf("synthetic source: %w", err)
 			}
 			if !due.Before(end) {
@@ -210,22 +211,6 @@ func (fn *syntheticFn) ProcessElement(ctx context.Context, _ *sdf.WallTimeWaterm
 		if bytes += len(out); full(start, now, bytes, fn.BundleTime) {
 			return sdf.ResumeProcessingIn(0), nil
 		}
-	}
-}
-
-// sleepUntil waits until t or ctx's end.
-func sleepUntil(ctx context.Context, t time.Time) error {
-	d := time.Until(t)
-	if d <= 0 {
-		return nil
-	}
-	tm := time.NewTimer(d)
-	defer tm.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-tm.C:
-		return nil
 	}
 }
 
