@@ -477,9 +477,9 @@ type preaggFn struct {
 	// about as many items as its last); parking collects this flush's.
 	// Counters a flush leaves parked (a list gone quiet) are dropped. One
 	// free list shared by every list let each counter grow, flush after
-	// flush, to the largest size any list needed: BenchmarkPreaggScale's
-	// counters held 3.0 slots a key after one flush and 12.4 after ten,
-	// and a flush scans and clears every slot (Counter.Summary, Reset).
+	// flush, to the largest size any list needed (TestCountersKeepTheirSize:
+	// 3.2 slots a key after one flush, 10.1 after eight), and a flush
+	// scans and clears every slot (Counter.Summary, Reset).
 	parked, parking map[partKey][]*summary.Counter
 	distinct        int
 	adds            []pendingAdd          // counts not yet made (applyAdds)
