@@ -298,8 +298,13 @@ func (c Config) cutN(n int) int {
 		return n
 	}
 	bn, p := c.Preagg.Summary.N, max(c.Preagg.Partitions, 1)
-	if rp := c.Preagg.RegionPartitions; rp > 0 && c.Preagg.Scopes {
-		p = min(p, rp) // region lists have the fewest partitions, so the biggest share
+	if c.Preagg.Scopes {
+		// Region and country lists may have fewer partitions, so a bigger share.
+		for _, sp := range []int{c.Preagg.RegionPartitions, c.Preagg.CountryPartitions} {
+			if sp > 0 {
+				p = min(p, sp)
+			}
+		}
 	}
 	share := (c.Lists.K + c.Lists.Margin + p - 1) / p
 	return min(bn, max(bn/4, 4*share))

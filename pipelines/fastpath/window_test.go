@@ -498,23 +498,25 @@ func TestWindowDeadLetters(t *testing.T) {
 
 // TestCutN: the default cut per (list, partition) is four shares of K +
 // margin for the lists with the fewest partitions (region lists, 4 of 16,
-// when there are scopes), at least a quarter of N; an explicit one is
-// kept.
+// or country lists if they have fewer, when there are scopes), at least a
+// quarter of N; an explicit one is kept.
 func TestCutN(t *testing.T) {
-	c := DefaultConfig() // K 1,000 + margin 100, N 4,096, 16 partitions, regions in 4
+	c := DefaultConfig() // K 1,000 + margin 100, N 4,096, 16 partitions, regions in 4, countries in all
 	for _, tc := range []struct {
-		name        string
-		scopes      bool
-		regionParts int
-		n, want     int
+		name                      string
+		scopes                    bool
+		regionParts, countryParts int
+		n, want                   int
 	}{
-		{"scopes, regions in 4", true, 4, 0, 4 * 275},
-		{"no scopes: no region lists", false, 4, 0, 4096 / 4},
-		{"regions in all 16", true, 0, 0, 4096 / 4},
-		{"regions in 1: capped at N", true, 1, 0, 4096},
-		{"explicit", true, 4, 300, 300},
+		{"scopes, regions in 4, countries in 8", true, 4, 8, 0, 4 * 275},
+		{"no scopes: no region lists", false, 4, 8, 0, 4096 / 4},
+		{"regions and countries in all 16", true, 0, 0, 0, 4096 / 4},
+		{"regions in all 16, countries in 8", true, 0, 8, 0, 4096 / 4},
+		{"countries in 2", true, 4, 2, 0, 4 * 550},
+		{"regions in 1: capped at N", true, 1, 8, 0, 4096},
+		{"explicit", true, 4, 8, 300, 300},
 	} {
-		c.Preagg.Scopes, c.Preagg.RegionPartitions = tc.scopes, tc.regionParts
+		c.Preagg.Scopes, c.Preagg.RegionPartitions, c.Preagg.CountryPartitions = tc.scopes, tc.regionParts, tc.countryParts
 		if got := c.cutN(tc.n); got != tc.want {
 			t.Errorf("%s: cutN(%d) = %d, want %d", tc.name, tc.n, got, tc.want)
 		}

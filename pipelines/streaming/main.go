@@ -45,6 +45,7 @@ type Flags struct {
 	Source          string
 	Partitions      int
 	RegionParts     int
+	CountryParts    int
 	AllowedLateness time.Duration
 	K, Margin       int
 	SummaryN        int
@@ -89,11 +90,12 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.Source, "source", "", "pubsub:projects/P/subscriptions/S | file:PATH[?beacon=B,slack=D] | synthetic:rate=R,duration=D,items=N,zipf=S,seed=X,beacon=B")
 	fs.IntVar(&f.Partitions, "partitions", d.Preagg.Partitions, "counter partitions P (item lives in hash(item) mod P)")
 	fs.IntVar(&f.RegionParts, "region_partitions", d.Preagg.RegionPartitions, "partitions each region's lists use, of the P (fewer: less window state for the many small lists); 0 or P: all. Like --partitions, change it with a new job, not an update")
+	fs.IntVar(&f.CountryParts, "country_partitions", d.Preagg.CountryPartitions, "partitions each country's lists use, of the P (as --region_partitions; less window state, but a big country's list keeps fewer entries: see transforms/preagg); 0 or P: all. Change it with a new job, not an update")
 	fs.DurationVar(&f.AllowedLateness, "allowed_lateness", d.Preagg.AllowedLateness, "events later than this are left to the exact path")
 	fs.IntVar(&f.K, "k", d.Lists.K, "list depth K (complete means certified to K)")
 	fs.IntVar(&f.Margin, "margin", d.Lists.Margin, "entries published beyond K, so takedowns keep lists full")
 	fs.IntVar(&f.SummaryN, "summary_n", d.Preagg.Summary.N, "entries tracked per (list, partition, bucket) summary")
-	fs.IntVar(&f.MinuteN, "minute_n", d.MinuteN, "entries a closed minute keeps per (list, partition), and so the 1h window's aggregates; 0: a quarter of summary_n, at least four times (K + margin) / the fewest partitions a list has (region_partitions when set); summary_n or more: no cut")
+	fs.IntVar(&f.MinuteN, "minute_n", d.MinuteN, "entries a closed minute keeps per (list, partition), and so the 1h window's aggregates; 0: a quarter of summary_n, at least four times (K + margin) / the fewest partitions a list has (region_partitions or country_partitions when set); summary_n or more: no cut")
 	fs.IntVar(&f.AggN, "agg_n", d.AggN, "entries each window's aggregates keep per (list, partition); 0: as minute_n's default; summary_n or more: no cut")
 	fs.IntVar(&f.SketchWidth, "sketch_width", d.Preagg.Summary.SketchWidth, "count-min sketch width (power of two; 0: no sketch)")
 	fs.IntVar(&f.SketchDepth, "sketch_depth", d.Preagg.Summary.SketchDepth, "count-min sketch depth")
@@ -163,6 +165,7 @@ func (f *Flags) Config(redisAddr string) (fastpath.Config, error) {
 	cfg.SourceOpts = source.Options{Runner: *runners.Runner, PubsubEndpoint: f.PubsubEndpoint, BundleTime: f.BundleTime}
 	cfg.Preagg.Partitions = f.Partitions
 	cfg.Preagg.RegionPartitions = f.RegionParts
+	cfg.Preagg.CountryPartitions = f.CountryParts
 	cfg.Preagg.AllowedLateness = f.AllowedLateness
 	cfg.Preagg.Summary.N = f.SummaryN
 	cfg.MinuteN, cfg.AggN = f.MinuteN, f.AggN

@@ -152,8 +152,9 @@ func TestMemoryLimit(t *testing.T) {
 	}
 }
 
-// --region_partitions reaches the pre-aggregation (default 4) and a
-// negative value is refused before anything runs.
+// --region_partitions and --country_partitions reach the pre-aggregation
+// (default 4 and all) and a negative value is refused before anything
+// runs.
 func TestRegionPartitionsFlag(t *testing.T) {
 	parse := func(args ...string) (fastpath.Config, error) { return parseFlags(t, args...) }
 	if cfg, err := parse(); err != nil || cfg.Preagg.RegionPartitions != 4 || cfg.Preagg.Partitions != 16 {
@@ -164,6 +165,16 @@ func TestRegionPartitionsFlag(t *testing.T) {
 	}
 	if _, err := parse("--region_partitions=-1"); err == nil || !strings.Contains(err.Error(), "region partitions") {
 		t.Errorf("--region_partitions=-1: %v; want a region partitions error", err)
+	}
+	// --country_partitions likewise; by default countries use all P.
+	if cfg, err := parse(); err != nil || cfg.Preagg.CountryPartitions != 0 {
+		t.Errorf("default: %d country partitions (%v), want 0 (all)", cfg.Preagg.CountryPartitions, err)
+	}
+	if cfg, err := parse("--country_partitions=4"); err != nil || cfg.Preagg.CountryPartitions != 4 {
+		t.Errorf("--country_partitions=4: %d (%v)", cfg.Preagg.CountryPartitions, err)
+	}
+	if _, err := parse("--country_partitions=-1"); err == nil || !strings.Contains(err.Error(), "country partitions") {
+		t.Errorf("--country_partitions=-1: %v; want a country partitions error", err)
 	}
 }
 

@@ -27,7 +27,9 @@
 // country lists use all P partitions (Config.Partitions, 16), each region
 // list only Config.RegionPartitions of them (4): the RegionPartitions
 // consecutive partitions (mod P) from one chosen by the list's type and
-// region, so the many region lists spread over the P keys. Each (list,
+// region, so the many region lists spread over the P keys
+// (Config.CountryPartitions does the same for country lists; off by
+// default, see below). Each (list,
 // partition) carries the sliding windows' fixed cost (transforms/slide:
 // its panes, minutes and aggregates, each cut to at least four times the
 // list's K + margin over its partitions), and the region lists are many
@@ -43,6 +45,15 @@
 // 4,096 per partition), more than its events hold per bucket unless a
 // region sees about 16k events per type in 10 s; a busier region's
 // buckets are cut as the busiest lists' are, with the same bounds.
+//
+// Country lists stay in all P by default: a big country is a list as busy
+// as the global ones, and in 4 partitions it keeps a quarter of the
+// entries. Measured (BENCHMARKS.md, "Country lists in fewer partitions"):
+// the 80-minute replay's peak RSS fell by about 0.15 GB with countries in
+// 4 (CPU within the noise), but through a spam wave on a one-country
+// stream the country's recall@100 fell from 1 to 0.98 and its recall@1000
+// from 0.97-1 to 0.80-0.83. CountryPartitions is there for a job of many
+// small countries.
 //
 // # Cut once per bucket
 //
@@ -165,6 +176,12 @@ type Config struct {
 	// region item's counts would sit in two partitions until the windows
 	// that hold the old ones close; change it with a new job.
 	RegionPartitions int
+	// CountryPartitions is RegionPartitions for the country lists: when
+	// in [1, P), each country's lists use that many consecutive
+	// partitions (mod P) from one chosen by the list's type and country.
+	// 0 or P and more: P, the default (see the package doc). The same
+	// caution applies to changing it.
+	CountryPartitions int
 	// Bucket is the event-time bucket (10 s).
 	Bucket time.Duration
 	// AllowedLateness: an event whose bucket ended more than this before the
@@ -250,6 +267,9 @@ func (c Config) Validate() error {
 	}
 	if c.RegionPartitions < 0 || c.RegionPartitions > 4096 {
 		return fmt.Errorf("region partitions %d outside [0, 4096]", c.RegionPartitions)
+	}
+	if c.CountryPartitions < 0 || c.CountryPartitions > 4096 {
+		return fmt.Errorf("country partitions %d outside [0, 4096]", c.CountryPartitions)
 	}
 	if c.Bucket < time.Millisecond || c.Bucket%time.Millisecond != 0 {
 		return fmt.Errorf("bucket %v is not a positive whole number of milliseconds", c.Bucket)
@@ -363,20 +383,21 @@ func ApplyWithUsers(s beam.Scope, beacons beam.PCollection, cfg Config) (summari
 // files for their version.
 func newPreaggFn(cfg Config) (*preaggFn, error) {
 	fn := &preaggFn{
-		Partitions:  cfg.Partitions,
-		RegionParts: cfg.RegionPartitions,
-		BucketMs:    cfg.Bucket.Milliseconds(),
-		LatenessMs:  cfg.AllowedLateness.Milliseconds(),
-		N:           cfg.PartialSize(),
-		SketchW:     cfg.Summary.SketchWidth,
-		SketchD:     cfg.Summary.SketchDepth,
-		MaxDistinct: cfg.MaxDistinct,
-		Types:       cfg.Types,
-		MaxFutureMs: cfg.MaxFuture.Milliseconds(),
-		Scopes:      cfg.Scopes,
-		UsersTop:    cfg.UsersTop,
-		MaxPairs:    cfg.MaxPairs,
-		BeaconsOnce: cfg.BeaconsOnce,
+		Partitions:   cfg.Partitions,
+		RegionParts:  cfg.RegionPartitions,
+		CountryParts: cfg.CountryPartitions,
+		BucketMs:     cfg.Bucket.Milliseconds(),
+		LatenessMs:   cfg.AllowedLateness.Milliseconds(),
+		N:            cfg.PartialSize(),
+		SketchW:      cfg.Summary.SketchWidth,
+		SketchD:      cfg.Summary.SketchDepth,
+		MaxDistinct:  cfg.MaxDistinct,
+		Types:        cfg.Types,
+		MaxFutureMs:  cfg.MaxFuture.Milliseconds(),
+		Scopes:       cfg.Scopes,
+		UsersTop:     cfg.UsersTop,
+		MaxPairs:     cfg.MaxPairs,
+		BeaconsOnce:  cfg.BeaconsOnce,
 	}
 	if fn.MaxPairs == 0 {
 		fn.MaxPairs = 1 << 20
@@ -448,19 +469,20 @@ func init() {
 
 // preaggFn is the per-bundle map. Exported fields are its configuration.
 type preaggFn struct {
-	Partitions  int
-	RegionParts int
-	BucketMs    int64
-	LatenessMs  int64
-	N           int
-	SketchW     int
-	SketchD     int
-	MaxDistinct int
-	Types       []string
-	MaxFutureMs int64
-	Scopes      bool
-	UsersTop    int
-	MaxPairs    int
+	Partitions   int
+	RegionParts  int
+	CountryParts int
+	BucketMs     int64
+	LatenessMs   int64
+	N            int
+	SketchW      int
+	SketchD      int
+	MaxDistinct  int
+	Types        []string
+	MaxFutureMs  int64
+	Scopes       bool
+	UsersTop     int
+	MaxPairs     int
 	// Rules, nil for none; RulesVersion is their version when the pipeline
 	// was built (what the lists carry).
 	Rules        *rules.Config
@@ -741,8 +763,8 @@ func (fn *preaggFn) group(i int, typ, scope string, bucket int64) *group {
 	if !ok {
 		k = groupKey{typ: strings.Clone(typ), scope: strings.Clone(scope), bucket: bucket}
 		g = &group{key: k, counters: make([]*summary.Counter, fn.Partitions), np: fn.Partitions}
-		if rp := fn.RegionParts; rp > 0 && rp < fn.Partitions && schemas.IsRegion(scope) {
-			g.np = rp
+		if np := fn.scopeParts(scope); np < fn.Partitions {
+			g.np = np
 			g.off = summary.Partition(summary.Hash(ListKey(typ, scope)), fn.Partitions)
 		}
 		g.usersTop = fn.UsersTop * fn.Partitions / g.np
@@ -751,6 +773,22 @@ func (fn *preaggFn) group(i int, typ, scope string, bucket int64) *group {
 	copy(last[1:], last[:len(last)-1])
 	last[0] = g
 	return g
+}
+
+// scopeParts is how many of the P partitions scope's lists use
+// (Config.RegionPartitions, Config.CountryPartitions).
+func (fn *preaggFn) scopeParts(scope string) int {
+	np := 0
+	switch {
+	case schemas.IsRegion(scope):
+		np = fn.RegionParts
+	case schemas.IsCountry(scope):
+		np = fn.CountryParts
+	}
+	if np < 1 || np > fn.Partitions {
+		return fn.Partitions
+	}
+	return np
 }
 
 // partKey is a list's partition: where a counter is parked.

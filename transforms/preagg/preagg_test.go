@@ -387,15 +387,16 @@ func must(t *testing.T, err error) {
 }
 
 // Property: a region's list counts its items in RegionPartitions
-// consecutive partitions (mod P), each item in one of them and the same
-// one in every bucket, while the global and country lists use all P; the
-// counts are those of the events either way, and the region lists of
-// different regions or types start at different partitions. A list's
-// users tally has room for as many items (UsersTop per partition of 16,
-// 4 x UsersTop per partition of 4).
+// consecutive partitions (mod P) and a country's in CountryPartitions,
+// each item in one of them and the same one in every bucket, while the
+// global lists use all P; the counts are those of the events either way,
+// and the lists of different scopes or types start at different
+// partitions. A list's users tally has room for as many items (UsersTop
+// per partition of 16, 2 x UsersTop per partition of 8, 4 x UsersTop per
+// partition of 4).
 func TestRegionPartitions(t *testing.T) {
 	cfg := DefaultConfig()
-	cfg.Partitions, cfg.RegionPartitions, cfg.UsersTop = 16, 4, 8
+	cfg.Partitions, cfg.RegionPartitions, cfg.CountryPartitions, cfg.UsersTop = 16, 4, 8, 8
 	h := newHarness(t, cfg)
 	parts := map[string]map[int]bool{}   // list -> partitions it appeared in
 	where := map[string]map[string]int{} // list -> item -> its partition
@@ -461,30 +462,35 @@ func TestRegionPartitions(t *testing.T) {
 	starts := map[int]bool{}
 	for l, ps := range parts {
 		typ, scope, _ := strings.Cut(l, "/")
-		if !schemas.IsRegion(scope) {
-			if len(ps) != 16 {
-				t.Errorf("%s in %d partitions, want all 16", l, len(ps))
-			}
+		np := 16
+		switch {
+		case schemas.IsRegion(scope):
+			np = 4
+		case schemas.IsCountry(scope):
+			np = 8
+		}
+		if len(ps) != np {
+			t.Errorf("%s in %d partitions %v, want %d", l, len(ps), ps, np)
+		}
+		if np == 16 {
 			continue
 		}
-		if len(ps) != 4 {
-			t.Errorf("%s in %d partitions %v, want 4", l, len(ps), ps)
-		}
 		off := summary.Partition(summary.Hash(typ+"\x00"+scope), 16)
-		for i := range 4 {
+		for i := range np {
 			if !ps[(off+i)%16] {
-				t.Errorf("%s: partitions %v, want the 4 from %d", l, ps, off)
+				t.Errorf("%s: partitions %v, want the %d from %d", l, ps, np, off)
 			}
 		}
 		starts[off] = true
 	}
 	if len(starts) < 2 {
-		t.Errorf("the four region lists all start at the same partition: %v", starts)
+		t.Errorf("the six region and country lists all start at the same partition: %v", starts)
 	}
 	// Each 10 s bucket: about 470 video items globally (29 a partition of
-	// 16) and 230 in IN-MH (58 a partition of 4): every partition's top
-	// is full, so a bucket's tally has 16 x UsersTop items in both.
-	for _, l := range []string{"video\x00global", "video\x00IN-MH"} {
+	// 16) and in IN (59 a partition of 8), 230 in IN-MH (58 a partition
+	// of 4): every partition's top is full, so a bucket's tally has 16 x
+	// UsersTop items in all three.
+	for _, l := range []string{"video\x00global", "video\x00IN", "video\x00IN-MH"} {
 		if len(bucketTallies[l]) < 4 {
 			t.Errorf("%q: %d buckets' tallies, want 4", l, len(bucketTallies[l]))
 		}
