@@ -434,7 +434,7 @@ func (fn *windowsFn) OnTimer(ctx context.Context, ts beam.EventTime, sp state.Pr
 	slides.Inc(ctx, 1)
 	mergesCount.Inc(ctx, int64(st.Merges-merges))
 	for k, g := range groups {
-		emit(beam.EventTime(end-1), k, g.AppendTo(nil))
+		emit(beam.EventTime(end-1), k, g.Bytes()) // g is not used again
 	}
 	written := map[int64]bool{}
 	for _, c := range closed {

@@ -7,7 +7,8 @@ import (
 )
 
 // AppendSet writes the documented format (keys sorted), EachInSet reads it
-// back, and a SetWriter fed in key order writes the same bytes.
+// back, and a SetWriter fed in key order writes the same bytes (Bytes in
+// its own memory, AppendTo after dst's).
 func TestSetFormat(t *testing.T) {
 	sms := sampleSummaries(t)
 	a, b := sms[0], sms[1]
@@ -37,8 +38,15 @@ func TestSetFormat(t *testing.T) {
 	if err := w.Add("list\x00b", b); err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(w.AppendTo(nil), want) || w.Len() != 2 {
+	if !bytes.Equal(w.AppendTo([]byte("y"))[1:], want) || !bytes.Equal(w.Bytes(), want) || w.Len() != 2 {
 		t.Fatal("SetWriter differs from AppendSet")
+	}
+	var empty SetWriter
+	if got, want := empty.Bytes(), []byte{'T', 'L', 1, 0}; !bytes.Equal(got, want) {
+		t.Fatalf("empty SetWriter wrote %q, want %q", got, want)
+	}
+	if got, _ := AppendSet(nil, nil, nil); !bytes.Equal(got, empty.Bytes()) {
+		t.Fatalf("empty AppendSet wrote %q", got)
 	}
 	if w.Add("list\x00b", b) == nil || w.Add("list\x00a", a) == nil {
 		t.Fatal("SetWriter took a repeated or out-of-order key")
