@@ -42,8 +42,9 @@ func AppendSet(dst []byte, keys []string, sums []*Summary) ([]byte, error) {
 	// The members are encoded into a pooled scratch buffer first, so
 	// that dst grows once, to the set's size, and gets one copy: dst
 	// grown member by member (a SetWriter's body, then a copy of it) was
-	// 2% of a profile at 200k events/s in growing alone (BENCHMARKS.md,
-	// "Summary sets written once").
+	// 3% of a profile at 200k events/s (BENCHMARKS.md, "Summary sets
+	// written once"). The pool holds a set's encoding per P at most,
+	// until the collector empties it.
 	sp := setScratch.Get().(*[]byte)
 	defer setScratch.Put(sp)
 	enc := (*sp)[:0]
