@@ -290,24 +290,28 @@ func (fn *windowsFn) writePane(sp state.Provider, e *entry, li int, start int64)
 	if !fn.Durable {
 		return nil
 	}
-	var keys []string
-	var sums []*summary.Summary
-	e.st.Panes(li, func(list string, s int64, sm *summary.Summary) {
-		if s == start {
-			keys = append(keys, list)
-			sums = append(sums, sm)
+	// Panes comes in list order, as the set wants; a packed pane (a
+	// closed minute) is written as it is held.
+	var w summary.SetWriter
+	var err error
+	e.st.Panes(li, func(list string, s int64, sm *summary.Summary, packed []byte) {
+		switch {
+		case s != start || err != nil:
+		case sm != nil:
+			err = w.Add(list, sm)
+		default:
+			err = w.AddEncoded(list, packed)
 		}
 	})
-	k := start<<4 | int64(li)
-	if len(keys) == 0 {
-		return nil
-	}
-	b, err := summary.AppendSet(nil, keys, sums)
 	if err != nil {
 		return err
 	}
+	k := start<<4 | int64(li)
+	if w.Len() == 0 {
+		return nil
+	}
 	e.keys[k] = true
-	return fn.Panes.Put(sp, k, b)
+	return fn.Panes.Put(sp, k, w.Bytes())
 }
 
 func (fn *windowsFn) arm(tp timers.Provider, end int64) {
@@ -457,7 +461,7 @@ func (fn *windowsFn) OnTimer(ctx context.Context, ts beam.EventTime, sp state.Pr
 	if fn.Durable {
 		live := map[int64]bool{}
 		for li := range st.Levels() {
-			st.Panes(li, func(_ string, s int64, _ *summary.Summary) { live[s<<4|int64(li)] = true })
+			st.Panes(li, func(_ string, s int64, _ *summary.Summary, _ []byte) { live[s<<4|int64(li)] = true })
 		}
 		for k := range e.keys {
 			if !live[k] {

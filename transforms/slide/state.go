@@ -30,7 +30,9 @@
 // minutes for 1h) and the aggregators' nodes (about 2 sqrt(n) aggregates
 // for a window of n panes: see TwoStacks), each a summary of at most N
 // entries: it does not grow with distinct items, and a list without data
-// for an hour is dropped. The minutes and the
+// for an hour is dropped. The closed minutes and the front aggregates kept
+// for a later block are held packed (encoded, about a third of their
+// decoded size, see pane): they wait up to an hour between two reads. The minutes and the
 // aggregates may keep fewer entries than the buckets (Config.UpperN,
 // Config.AggN): an aggregate merges many panes, so a list of a few hundred
 // items per bucket holds aggregates as big as a full list's, and they, not
@@ -136,6 +138,9 @@ type State struct {
 	// that encodes each result at once saves a copy per list and window).
 	ShareResults bool
 	cut          summary.Summary
+	// noPack keeps every pane and aggregate decoded (tests compare it
+	// with the packed state).
+	noPack bool
 }
 
 type list struct {
@@ -191,6 +196,7 @@ func (st *State) list(key string) *list {
 		for i := range l.pushed {
 			l.pushed[i] = never
 			l.aggs[i].N = st.aggN(i)
+			l.aggs[i].Pack = !st.noPack
 		}
 		st.lists[strings.Clone(key)] = l
 	}
@@ -239,26 +245,63 @@ func (st *State) Add(key string, bucket int64, sm *summary.Summary) ([]Late, err
 			}
 		}
 	}
+	l.compact()
 	return out, nil
 }
 
 // insert merges sm into l's pane of level li at start (creating it, cut to
-// the level's N), keeping start order, and returns the pane's summary.
+// the level's N), keeping start order, and returns the pane's summary. A
+// pane above the buckets is packed too (see pane): l.compact drops its
+// decoded summary once the windows have been pushed it.
 func (st *State) insert(l *list, li int, start int64, sm *summary.Summary) (*summary.Summary, error) {
 	ps := &l.panes[li]
 	i, found := slices.BinarySearchFunc(*ps, start, func(p pane, s int64) int { return cmp.Compare(p.start, s) })
 	if found {
-		m, err := summary.MergeEvents((*ps)[i].sm, sm)
+		old, err := (*ps)[i].get()
+		if err != nil {
+			return nil, err
+		}
+		m, err := summary.MergeEvents(old, sm)
 		if err != nil {
 			return nil, err
 		}
 		st.Merges++
-		(*ps)[i].sm = m
+		p, err := st.newPane(li, start, m)
+		if err != nil {
+			return nil, err
+		}
+		(*ps)[i] = p
 		return m, nil
 	}
-	sm = st.paneN(li, sm)
-	*ps = slices.Insert(*ps, i, pane{start: start, sm: sm})
-	return sm, nil
+	p, err := st.newPane(li, start, st.paneN(li, sm))
+	if err != nil {
+		return nil, err
+	}
+	*ps = slices.Insert(*ps, i, p)
+	return p.sm, nil
+}
+
+// newPane is a pane of level li: above the buckets, packed as well.
+func (st *State) newPane(li int, start int64, sm *summary.Summary) (pane, error) {
+	p := pane{start: start, sm: sm}
+	if li > 0 && !st.noPack {
+		var err error
+		if p.packed, err = pack(sm); err != nil {
+			return pane{}, err
+		}
+	}
+	return p, nil
+}
+
+// compact drops the decoded summaries of l's packed panes.
+func (l *list) compact() {
+	for li := 1; li < len(l.panes); li++ {
+		for i := range l.panes[li] {
+			if p := &l.panes[li][i]; p.packed != nil {
+				p.sm = nil
+			}
+		}
+	}
 }
 
 // Closed is a pane of a larger level that closed at a slide (a minute).
@@ -344,6 +387,7 @@ func (st *State) Fire(end int64, result func(Result) error, closed func(Closed) 
 				return err
 			}
 		}
+		l.compact()
 		// Drop panes no window needs any more.
 		empty := true
 		for li, lv := range st.levels {
@@ -383,7 +427,7 @@ func (st *State) slide(l *list, wi int, end int64, floor uint64, out *summary.Su
 	}
 	for _, p := range ps {
 		if p.start > l.pushed[wi] && p.start < end && p.start >= from {
-			if err := t.Push(p.start, p.sm); err != nil {
+			if err := t.push(p); err != nil {
 				return nil, err
 			}
 			l.pushed[wi] = p.start
@@ -486,8 +530,10 @@ func (st *State) Next(end int64) (int64, bool) {
 }
 
 // Panes calls f with every pane of every list at level li (0: buckets), in
-// list and start order: what the Beam wrapper writes to durable state.
-func (st *State) Panes(li int, f func(list string, start int64, sm *summary.Summary)) {
+// list and start order: what the Beam wrapper writes to durable state. A
+// packed pane (see pane) comes as its encoding, sm nil; any other as sm,
+// packed nil.
+func (st *State) Panes(li int, f func(list string, start int64, sm *summary.Summary, packed []byte)) {
 	keys := make([]string, 0, len(st.lists))
 	for k := range st.lists {
 		keys = append(keys, k)
@@ -495,7 +541,11 @@ func (st *State) Panes(li int, f func(list string, start int64, sm *summary.Summ
 	slices.Sort(keys)
 	for _, k := range keys {
 		for _, p := range st.lists[k].panes[li] {
-			f(k, p.start, p.sm)
+			if p.sm == nil {
+				f(k, p.start, nil, p.packed)
+			} else {
+				f(k, p.start, p.sm, nil)
+			}
 		}
 	}
 }

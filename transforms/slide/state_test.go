@@ -367,3 +367,130 @@ func TestTwoStacksSparseFront(t *testing.T) {
 		t.Fatalf("the longest front had %d panes: the bound above was not exercised", maxFront)
 	}
 }
+
+// TestStatePacked: a State that holds its closed minutes and its fronts'
+// block aggregates packed (see pane) reports the same window summaries and
+// closed minutes, field for field (summary.Equal: entries, bounds, Theta,
+// Drops), as one that holds everything decoded, through three hours of
+// random buckets with late ones, summaries that drop items (N small, so
+// every pane carries Drops; a count-min sketch on some), cut minutes and
+// aggregates, and a restart from Panes halfway (packed panes come out as
+// their encoding).
+func TestStatePacked(t *testing.T) {
+	for _, c := range []struct {
+		n, upperN, aggN int
+		sketch          bool
+	}{{1000, 0, 0, false}, {12, 0, 0, false}, {12, 6, 8, false}, {12, 0, 0, true}} {
+		t.Run(fmt.Sprintf("N=%d,upper=%d,agg=%d,sketch=%v", c.n, c.upperN, c.aggN, c.sketch), func(t *testing.T) {
+			cfg := Config{Bucket: 10 * time.Second, Windows: testWindows, UpperN: c.upperN, AggN: c.aggN, Limit: 9}
+			newStates := func() [2]*State {
+				var sts [2]*State
+				for i := range sts {
+					sts[i] = NewState(cfg)
+				}
+				sts[1].noPack = true
+				return sts
+			}
+			sts := newStates()
+			scfg := summary.Config{N: c.n}
+			if c.sketch {
+				scfg.SketchWidth, scfg.SketchDepth = 64, 2
+			}
+			bucket := func(m map[string]uint64) *summary.Summary {
+				ct := summary.NewCounter(0)
+				for k, v := range m {
+					ct.Add(k, summary.Hash(k), v)
+				}
+				return ct.Summary(scfg)
+			}
+			rng := rand.New(rand.NewPCG(7, uint64(c.n)))
+			lists := []string{"video\x00global", "video\x00IN", "hashtag\x00IN-MH"}
+			t0 := int64(1_780_000_000_000) - int64(1_780_000_000_000)%3_600_000
+			add := func(l string, b int64, m map[string]uint64) {
+				var late [2][]Late
+				for i, st := range sts {
+					var err error
+					if late[i], err = st.Add(l, b, bucket(m)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if len(late[0]) != len(late[1]) {
+					t.Fatalf("bucket %d of %q: %d late panes packed, %d not", b, l, len(late[0]), len(late[1]))
+				}
+			}
+			results, packedPanes := 0, 0
+			for k := int64(0); k < 3*360; k++ {
+				b := t0 + k*bucketMs
+				for _, l := range lists {
+					if rng.IntN(4) == 0 {
+						continue
+					}
+					m := map[string]uint64{}
+					for range 10 + rng.IntN(60) {
+						m[fmt.Sprintf("i%d", int(rng.ExpFloat64()*15))]++
+					}
+					add(l, b, m)
+				}
+				if k%29 == 0 && k > 10 { // late: 40 s and 2 minutes behind
+					add(lists[1], b-40_000, map[string]uint64{"late": 3, "i1": 2})
+					add(lists[2], b-120_000, map[string]uint64{"late2": 5})
+				}
+				if k == 500 { // a restart: both states rebuilt from their panes
+					old := sts
+					sts = newStates()
+					for i, st := range old {
+						for li := range st.Levels() {
+							st.Panes(li, func(l string, s int64, sm *summary.Summary, packed []byte) {
+								if packed != nil {
+									packedPanes++
+									var err error
+									if sm, err = summary.Unmarshal(packed); err != nil {
+										t.Fatal(err)
+									}
+								}
+								if err := sts[i].Restore(li, l, s, sm, st.Fired()); err != nil {
+									t.Fatal(err)
+								}
+							})
+						}
+					}
+				}
+				end := b + bucketMs
+				var got [2][]Result
+				var closed [2][]Closed
+				for i, st := range sts {
+					err := st.Fire(end, func(r Result) error {
+						got[i] = append(got[i], r)
+						return nil
+					}, func(cl Closed) error {
+						closed[i] = append(closed[i], cl)
+						return nil
+					})
+					if err != nil {
+						t.Fatal(err)
+					}
+				}
+				if len(got[0]) != len(got[1]) || len(closed[0]) != len(closed[1]) {
+					t.Fatalf("slide %d: %d results and %d closed packed, %d and %d not", end, len(got[0]), len(closed[0]), len(got[1]), len(closed[1]))
+				}
+				for j, r := range got[0] {
+					u := got[1][j]
+					if r.List != u.List || r.Window != u.Window || !summary.Equal(r.Summary, u.Summary) {
+						t.Fatalf("slide %d: %q %s packed %+v, not %+v", end, r.List, testWindows[r.Window].Name, r.Summary, u.Summary)
+					}
+					results++
+				}
+				for j, cl := range closed[0] {
+					u := closed[1][j]
+					if cl.List != u.List || cl.Start != u.Start || !summary.Equal(cl.Summary, u.Summary) {
+						t.Fatalf("slide %d: minute %d of %q differs packed", end, cl.Start, cl.List)
+					}
+				}
+			}
+			if packedPanes == 0 {
+				t.Fatal("no packed pane at the restart")
+			}
+			t.Logf("%d results equal; %d packed panes restored", results, packedPanes)
+		})
+	}
+}

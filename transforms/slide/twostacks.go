@@ -1,6 +1,7 @@
 package slide
 
 import (
+	"bytes"
 	"sync"
 
 	"github.com/topk-dev/topk/transforms/summary"
@@ -10,10 +11,47 @@ import (
 // buckets. Panes are immutable once built: a late pane replaces its pane
 // with a new merged summary, never changes one in place, so the two-stacks
 // aggregates that point at the old one stay consistent until rebuilt.
+//
+// A pane read rarely is held packed: its summary encoded, about a third of
+// its decoded size, and decoded each time it is read (get). The State packs
+// its closed minutes (each read when the 1h window's two-stacks flips, once
+// an hour), and a TwoStacks with Pack its front's block aggregates (each
+// read when its block reaches the top): most of a busy list's window
+// memory, idle between those reads (BENCHMARKS.md, "Idle panes and
+// aggregates packed").
 type pane struct {
-	start int64 // Unix ms
-	sm    *summary.Summary
+	start int64            // Unix ms
+	sm    *summary.Summary // nil when only packed holds it
+	// packed is sm encoded (summary.AppendBinary), exactly sized; never
+	// written after it is made, as the summaries decoded from it share
+	// its bytes (summary.UnmarshalAliased).
+	packed []byte
 }
+
+// get returns the pane's summary: sm, or packed decoded into a new summary
+// (its items share packed's bytes, so it holds little more than its
+// entries).
+func (p *pane) get() (*summary.Summary, error) {
+	if p.sm != nil {
+		return p.sm, nil
+	}
+	return summary.UnmarshalAliased(p.packed)
+}
+
+// pack encodes sm into an exactly sized buffer.
+func pack(sm *summary.Summary) ([]byte, error) {
+	bp := packScratch.Get().(*[]byte)
+	defer packScratch.Put(bp)
+	b, err := sm.AppendBinary((*bp)[:0])
+	if err != nil {
+		return nil, err
+	}
+	*bp = b
+	return bytes.Clone(b), nil
+}
+
+// packScratch holds pack's encoding buffers (one summary's size each).
+var packScratch = sync.Pool{New: func() any { return new([]byte) }}
 
 // TwoStacks is a sliding-window aggregator over panes in start order
 // (Tangwongsan, Hirzel and Schneider, "Sliding-window aggregation
@@ -54,7 +92,11 @@ type TwoStacks struct {
 	// they are): a window's aggregates merge many panes, and the window's
 	// answer per partition is cut to Config.Limit, so they need not keep
 	// as many entries as a pane. 0: the older side's N (MergeEvents).
-	N       int
+	N int
+	// Pack holds the aggregates the front keeps for a later block packed
+	// (see pane) when it keeps one a block (more than smallFront panes):
+	// all but the top's, which the next query reads.
+	Pack    bool
 	front   []node // front[len-1] is the oldest
 	back    []pane // oldest first
 	backAgg *summary.Summary
@@ -74,11 +116,25 @@ func (t *TwoStacks) Len() int { return len(t.front) + len(t.back) }
 
 // Push adds a pane newer than every pane held. sm is not modified.
 func (t *TwoStacks) Push(start int64, sm *summary.Summary) error {
-	if t.Len() > 0 && start <= t.last {
+	return t.push(pane{start: start, sm: sm})
+}
+
+// push is Push of a pane that may be packed: one packed is held packed
+// (until the flip reads it), its summary merged into the back's aggregate
+// now (decoded, unless p has it decoded too).
+func (t *TwoStacks) push(p pane) error {
+	if t.Len() > 0 && p.start <= t.last {
 		panic("slide: pane pushed out of order") // callers push in start order
 	}
-	t.last = start
-	t.back = append(t.back, pane{start: start, sm: sm})
+	sm, err := p.get()
+	if err != nil {
+		return err
+	}
+	if p.packed != nil {
+		p.sm = nil
+	}
+	t.last = p.start
+	t.back = append(t.back, p)
 	if t.backAgg == nil {
 		t.backAgg = sm
 		return nil
@@ -125,17 +181,42 @@ func (t *TwoStacks) top() (*summary.Summary, error) {
 		for !t.front[j].agg {
 			j--
 		}
+		if err := t.unpack(j); err != nil {
+			return nil, err
+		}
 		for m := j + 1; m < n; m++ {
 			nd := &t.front[m]
-			agg, err := t.merge(nd.sm, t.front[m-1].sm)
+			sm, err := nd.get()
+			if err != nil {
+				return nil, err
+			}
+			agg, err := t.merge(sm, t.front[m-1].sm)
 			if err != nil {
 				return nil, err
 			}
 			t.merges++
-			nd.sm, nd.agg = agg, true
+			nd.pane, nd.agg = pane{start: nd.start, sm: agg}, true
 		}
 	}
+	if err := t.unpack(n - 1); err != nil {
+		return nil, err
+	}
 	return t.front[n-1].sm, nil
+}
+
+// unpack decodes front[i]'s aggregate if it is packed, and keeps it
+// decoded: it is read again when it reaches the top.
+func (t *TwoStacks) unpack(i int) error {
+	nd := &t.front[i]
+	if nd.sm != nil {
+		return nil
+	}
+	sm, err := nd.get()
+	if err != nil {
+		return err
+	}
+	nd.pane = pane{start: nd.start, sm: sm}
+	return nil
 }
 
 // blockOf is the front's block for n panes flipped: about sqrt(n), at
@@ -178,13 +259,16 @@ func (t *TwoStacks) flip() error {
 	}()
 	for i := len(t.back) - 1; i >= 0; i-- {
 		p := t.back[i]
+		sm, err := p.get()
+		if err != nil {
+			return err
+		}
 		keep := len(t.front)%k == 0 || i == 0 // one aggregate a block, and the top's (queried next)
 		switch {
 		case agg == nil:
-			agg = p.sm
+			agg = sm
 		case keep:
-			var err error
-			if agg, err = t.merge(p.sm, agg); err != nil {
+			if agg, err = t.merge(sm, agg); err != nil {
 				return err
 			}
 			t.merges++
@@ -195,15 +279,23 @@ func (t *TwoStacks) flip() error {
 			// agg is the pane below or the other scratch, never this one.
 			dst := &scratch[next]
 			next ^= 1
-			if err := summary.MergeEventsInto(dst, p.sm, agg, t.mergeN(p.sm, agg)); err != nil {
+			if err := summary.MergeEventsInto(dst, sm, agg, t.mergeN(sm, agg)); err != nil {
 				return err
 			}
 			agg = dst
 			t.merges++
 		}
-		if keep {
+		switch {
+		case keep && t.Pack && k > 1 && i > 0:
+			// Read when its block reaches the top (top): packed until then.
+			b, err := pack(agg)
+			if err != nil {
+				return err
+			}
+			t.front = append(t.front, node{pane: pane{start: p.start, packed: b}, agg: true})
+		case keep:
 			t.front = append(t.front, node{pane: pane{start: p.start, sm: agg}, agg: true})
-		} else {
+		default:
 			t.front = append(t.front, node{pane: p})
 		}
 		t.back[i] = pane{}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/bits"
 	"slices"
+	"unsafe"
 )
 
 // MaxItemBytes bounds an item id in a decoded summary.
@@ -193,12 +194,28 @@ func EncodedN(data []byte) (int, error) {
 // bytes give an error, never a panic, and never an allocation larger than the
 // input justifies; after an error sm's sketch cells and Drops are unspecified.
 func (sm *Summary) UnmarshalBinary(data []byte) error {
-	return sm.unmarshal(data, func(ne int) []Entry { return grow(sm.Entries, ne) })
+	return sm.unmarshal(data, func(ne int) []Entry { return grow(sm.Entries, ne) }, false)
+}
+
+// UnmarshalAliased decodes data into a new summary whose items are not
+// copied: each is a string over data's own bytes. So data must never be
+// written again while the summary, or any summary that took entries from
+// it (a merge, a cut), is in use. It is for bytes their owner made once and
+// only reads (the sliding windows' packed panes, transforms/slide): the
+// decode then allocates the entries only, and an item shared by many
+// summaries is held once.
+func UnmarshalAliased(data []byte) (*Summary, error) {
+	sm := new(Summary)
+	if err := sm.unmarshal(data, func(ne int) []Entry { return make([]Entry, ne) }, true); err != nil {
+		return nil, err
+	}
+	return sm, nil
 }
 
 // unmarshal is UnmarshalBinary decoding the entries into entries(E), a
-// slice of length E (checked against the input's size before the call).
-func (sm *Summary) unmarshal(data []byte, entries func(ne int) []Entry) error {
+// slice of length E (checked against the input's size before the call);
+// alias: items are strings over data (UnmarshalAliased), not copies.
+func (sm *Summary) unmarshal(data []byte, entries func(ne int) []Entry, alias bool) error {
 	d := decoder{data: data}
 	if len(data) < 3 || data[0] != magic0 || data[1] != magic1 {
 		return fmt.Errorf("%w: missing TS magic", ErrCorrupt)
@@ -242,7 +259,12 @@ func (sm *Summary) unmarshal(data []byte, entries func(ne int) []Entry) error {
 		if lo+over < lo {
 			return fmt.Errorf("%w: entry %d bounds overflow", ErrCorrupt, i)
 		}
-		item := string(b)
+		var item string
+		if alias {
+			item = unsafe.String(unsafe.SliceData(b), len(b))
+		} else {
+			item = string(b)
+		}
 		out.Entries[i] = Entry{Item: item, Hash: Hash(item), Lo: lo, Hi: lo + over}
 	}
 	if !slices.IsSortedFunc(out.Entries, cmpKey) { // encoders write key order

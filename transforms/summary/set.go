@@ -103,23 +103,46 @@ const setHeaderMax = 3 + binary.MaxVarintLen64
 
 // Add appends a member; key must be above every key added before.
 func (w *SetWriter) Add(key string, sm *Summary) error {
+	if err := w.check(key); err != nil {
+		return err
+	}
+	var err error
+	if w.buf, err = sm.AppendBinary(w.buf[:0]); err != nil {
+		return err
+	}
+	w.add(key, w.buf)
+	return nil
+}
+
+// AddEncoded is Add with the summary already encoded (MarshalBinary's
+// bytes, which it does not check): a caller that holds a summary encoded
+// saves encoding it again.
+func (w *SetWriter) AddEncoded(key string, sm []byte) error {
+	if err := w.check(key); err != nil {
+		return err
+	}
+	w.add(key, sm)
+	return nil
+}
+
+// check refuses a key not above every key added before.
+func (w *SetWriter) check(key string) error {
 	if w.n > 0 && key <= w.last {
 		if key == w.last {
 			return fmt.Errorf("summary set: key %q twice", key)
 		}
 		return fmt.Errorf("summary set: key %q after %q", key, w.last)
 	}
-	var err error
-	if w.buf, err = sm.AppendBinary(w.buf[:0]); err != nil {
-		return err
-	}
+	return nil
+}
+
+func (w *SetWriter) add(key string, sm []byte) {
 	if w.body == nil {
-		w.body = make([]byte, setHeaderMax, setHeaderMax+len(key)+len(w.buf)+2*binary.MaxVarintLen64)
+		w.body = make([]byte, setHeaderMax, setHeaderMax+len(key)+len(sm)+2*binary.MaxVarintLen64)
 	}
-	w.body = appendMember(w.body, key, w.buf)
+	w.body = appendMember(w.body, key, sm)
 	w.n++
 	w.last = key
-	return nil
 }
 
 // Len is the number of members added.

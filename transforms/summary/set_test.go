@@ -41,6 +41,19 @@ func TestSetFormat(t *testing.T) {
 	if !bytes.Equal(w.AppendTo([]byte("y"))[1:], want) || !bytes.Equal(w.Bytes(), want) || w.Len() != 2 {
 		t.Fatal("SetWriter differs from AppendSet")
 	}
+	var mixed SetWriter // one member added encoded
+	if err := mixed.AddEncoded("list\x00a", ea); err != nil {
+		t.Fatal(err)
+	}
+	if err := mixed.Add("list\x00b", b); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(mixed.Bytes(), want) {
+		t.Fatal("SetWriter.AddEncoded differs from AppendSet")
+	}
+	if mixed.AddEncoded("list\x00b", eb) == nil || mixed.AddEncoded("list\x00a", ea) == nil {
+		t.Fatal("SetWriter.AddEncoded took a repeated or out-of-order key")
+	}
 	var empty SetWriter
 	if got, want := empty.Bytes(), []byte{'T', 'L', 1, 0}; !bytes.Equal(got, want) {
 		t.Fatalf("empty SetWriter wrote %q, want %q", got, want)

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"testing"
+	"unsafe"
 )
 
 func counted(cfg Config, counts map[string]uint64) *Summary {
@@ -133,6 +134,17 @@ func TestEncodeRoundTripAndMerge(t *testing.T) {
 		if !Equal(dec[i], sm) {
 			t.Fatalf("summary %d changed in a round trip", i)
 		}
+		// Decoded without copying the items: the same summary, its items
+		// over b's bytes.
+		al, err := UnmarshalAliased(b)
+		if err != nil || !Equal(al, sm) {
+			t.Fatalf("summary %d: aliased decode differs (%v)", i, err)
+		}
+		for _, e := range al.Entries {
+			if p := unsafe.StringData(e.Item); len(e.Item) > 0 && (uintptr(unsafe.Pointer(p)) < uintptr(unsafe.Pointer(&b[0])) || uintptr(unsafe.Pointer(p)) >= uintptr(unsafe.Pointer(&b[0]))+uintptr(len(b))) {
+				t.Fatalf("summary %d: item %q not over the encoding's bytes", i, e.Item)
+			}
+		}
 	}
 	for i := 1; i < len(sms); i++ {
 		m1, err1 := MergeEvents(sms[i-1], sms[i])
@@ -161,6 +173,9 @@ func TestUnmarshalRejects(t *testing.T) {
 	} {
 		if _, err := Unmarshal(b); err == nil {
 			t.Errorf("%s: decoded without error", name)
+		}
+		if _, err := UnmarshalAliased(b); err == nil {
+			t.Errorf("%s: decoded without error (aliased)", name)
 		}
 	}
 }

@@ -33,7 +33,7 @@ func (u *Union) AddEncoded(data []byte) error {
 	err := u.scratch.unmarshal(data, func(ne int) []Entry {
 		u.entries = slices.Grow(u.entries, ne)[:base+ne]
 		return u.entries[base:]
-	})
+	}, false)
 	u.scratch.Entries = nil // they are u's
 	if err != nil {
 		clear(u.entries[base:])
