@@ -256,7 +256,8 @@ func BenchmarkMarshalBinary(b *testing.B) {
 
 // BenchmarkUnmarshal decodes a full minute summary: "new" into a fresh
 // Summary (Unmarshal), "reuse" into one scratch Summary (UnmarshalBinary,
-// as Merger does).
+// as Merger does), "aliased" into a fresh one whose items share the
+// encoding's bytes (UnmarshalAliased, the sliding windows' packed panes).
 func BenchmarkUnmarshal(b *testing.B) {
 	sm := countedSummary(DefaultConfig(), zipfKeys(21, 1.1, benchUniverse, minuteEvents))
 	enc, err := sm.MarshalBinary()
@@ -268,6 +269,15 @@ func BenchmarkUnmarshal(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			if _, err := Unmarshal(enc); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("aliased", func(b *testing.B) {
+		b.SetBytes(int64(len(enc)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := UnmarshalAliased(enc); err != nil {
 				b.Fatal(err)
 			}
 		}

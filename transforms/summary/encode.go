@@ -267,11 +267,14 @@ func (sm *Summary) unmarshal(data []byte, entries func(ne int) []Entry, alias bo
 		}
 		out.Entries[i] = Entry{Item: item, Hash: Hash(item), Lo: lo, Hi: lo + over}
 	}
-	if !slices.IsSortedFunc(out.Entries, cmpKey) { // encoders write key order
+	// Encoders write key order: one pass checks it and finds an item
+	// given twice (next to each other in key order); input out of order
+	// is sorted and checked again.
+	if i, sorted := keyOrder(out.Entries); i > 0 {
+		return fmt.Errorf("%w: item %q twice", ErrCorrupt, out.Entries[i].Item)
+	} else if !sorted {
 		out.sortByKey()
-	}
-	for i := 1; i < len(out.Entries); i++ {
-		if cmpKey(out.Entries[i-1], out.Entries[i]) == 0 {
+		if i, _ := keyOrder(out.Entries); i > 0 {
 			return fmt.Errorf("%w: item %q twice", ErrCorrupt, out.Entries[i].Item)
 		}
 	}
@@ -314,6 +317,25 @@ func (sm *Summary) unmarshal(data []byte, entries func(ne int) []Entry, alias bo
 	}
 	*sm = out
 	return nil
+}
+
+// keyOrder reports whether es is in key order, and the index of an entry
+// whose key equals the one before it (0: none), stopping at the first.
+func keyOrder(es []Entry) (dup int, sorted bool) {
+	sorted = true
+	for i := 1; i < len(es); i++ {
+		a, b := &es[i-1], &es[i]
+		switch {
+		case a.Hash < b.Hash:
+		case a.Hash > b.Hash:
+			sorted = false
+		case a.Item == b.Item:
+			return i, sorted
+		case a.Item > b.Item:
+			sorted = false
+		}
+	}
+	return 0, sorted
 }
 
 func grow(e []Entry, n int) []Entry {

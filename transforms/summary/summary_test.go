@@ -3,10 +3,12 @@ package summary
 import (
 	"bytes"
 	"cmp"
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"unsafe"
 )
@@ -538,4 +540,36 @@ func randomCounted(rng *rand.Rand, cfg Config, items int) *Summary {
 		counts["i"+strconv.Itoa(rng.IntN(3*items+1))] += 1 + uint64(rng.IntN(20))
 	}
 	return counted(cfg, counts)
+}
+
+// TestUnmarshalKeyOrder: entries written out of key order decode into key
+// order, and an item given twice is refused whether or not the two are
+// next to each other in the input.
+func TestUnmarshalKeyOrder(t *testing.T) {
+	enc := func(items ...string) []byte {
+		b := binary.AppendUvarint([]byte("TS\x01"), 8)                           // N
+		b = binary.AppendUvarint(b, uint64(len(items)))                          // Total
+		b = binary.AppendUvarint(binary.AppendUvarint(b, 0), uint64(len(items))) // Theta, E
+		for _, it := range items {
+			b = append(binary.AppendUvarint(b, uint64(len(it))), it...)
+			b = append(b, 1, 0) // lo 1, hi - lo 0
+		}
+		return append(b, 0) // no sketch
+	}
+	items := []string{"a", "b", "c", "d"}
+	slices.SortFunc(items, func(x, y string) int { return -cmpKey(Entry{Item: x, Hash: Hash(x)}, Entry{Item: y, Hash: Hash(y)}) })
+	for _, decode := range []func([]byte) (*Summary, error){Unmarshal, UnmarshalAliased} {
+		sm, err := decode(enc(items...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(sm.Entries) != 4 || !slices.IsSortedFunc(sm.Entries, cmpKey) {
+			t.Fatalf("decoded %+v, not in key order", sm.Entries)
+		}
+		for _, dup := range [][]string{{items[0], items[0]}, {items[0], items[1], items[0]}, {items[2], items[0], items[1], items[0]}} {
+			if _, err := decode(enc(dup...)); err == nil || !strings.Contains(err.Error(), "twice") {
+				t.Errorf("%q: decoded with error %v, want an item twice", dup, err)
+			}
+		}
+	}
 }
