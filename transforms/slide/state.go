@@ -30,15 +30,16 @@
 // minutes for 1h) and the aggregators' nodes (about 2 sqrt(n) aggregates
 // for a window of n panes: see TwoStacks), each a summary of at most N
 // entries: it does not grow with distinct items, and a list without data
-// for an hour is dropped. The closed minutes and the front aggregates kept
-// for a later block are held packed (encoded, about a third of their
-// decoded size, see pane): they wait up to an hour between two reads. The minutes and the
-// aggregates may keep fewer entries than the buckets (Config.UpperN,
-// Config.AggN): an aggregate merges many panes, so a list of a few hundred
-// items per bucket holds aggregates as big as a full list's, and they, not
-// the panes, were most of the heap. Cost per slide follows the
-// lists that have data: a list with ten items in its window costs merges of
-// ten entries.
+// for an hour is dropped. What waits between two reads is held packed
+// (encoded, about a third of its decoded size, see pane): the closed
+// minutes and the buckets a minute old (State.packIdle; the State and its
+// aggregators share them), and the front aggregates kept for a later
+// block. The minutes and the aggregates may keep fewer entries than the
+// buckets (Config.UpperN, Config.AggN): an aggregate merges many panes, so
+// a list of a few hundred items per bucket holds aggregates as big as a
+// full list's, and they, not the panes, were most of the heap. Cost per
+// slide follows the lists that have data: a list with ten items in its
+// window costs merges of ten entries.
 package slide
 
 import (
@@ -122,6 +123,10 @@ func (c Config) Validate() error {
 type level struct {
 	size int64 // pane length, ms
 	keep int64 // how far back panes are kept, ms
+	// short is the longest window over the level whose front keeps all
+	// its aggregates (smallFront panes or fewer): its panes are packed
+	// once they leave it (State.packIdle). 0: none.
+	short int64
 }
 
 // State is one partition's windows over all its lists.
@@ -144,7 +149,7 @@ type State struct {
 }
 
 type list struct {
-	panes  [][]pane // by level, start order
+	panes  [][]*pane // by level, start order
 	aggs   []TwoStacks
 	pushed []int64 // per window: start of the newest pane pushed (or -inf)
 	dirty  []bool  // per window: rebuild before the next query
@@ -171,6 +176,9 @@ func NewState(cfg Config) *State {
 			st.levels[0].keep = max(st.levels[0].keep, p)
 		}
 		st.levels[i].keep = max(st.levels[i].keep, n)
+		if n/p <= smallFront {
+			st.levels[i].short = max(st.levels[i].short, n)
+		}
 		st.winLvl = append(st.winLvl, i)
 	}
 	return st
@@ -192,7 +200,7 @@ func (st *State) list(key string) *list {
 	l := st.lists[key]
 	if l == nil {
 		n := len(st.cfg.Windows)
-		l = &list{panes: make([][]pane, len(st.levels)), aggs: make([]TwoStacks, n), pushed: make([]int64, n), dirty: make([]bool, n)}
+		l = &list{panes: make([][]*pane, len(st.levels)), aggs: make([]TwoStacks, n), pushed: make([]int64, n), dirty: make([]bool, n)}
 		for i := range l.pushed {
 			l.pushed[i] = never
 			l.aggs[i].N = st.aggN(i)
@@ -245,17 +253,16 @@ func (st *State) Add(key string, bucket int64, sm *summary.Summary) ([]Late, err
 			}
 		}
 	}
-	l.compact()
 	return out, nil
 }
 
 // insert merges sm into l's pane of level li at start (creating it, cut to
 // the level's N), keeping start order, and returns the pane's summary. A
-// pane above the buckets is packed too (see pane): l.compact drops its
-// decoded summary once the windows have been pushed it.
+// pane merged into is replaced, not changed: the windows' aggregators may
+// hold the old one until they are rebuilt.
 func (st *State) insert(l *list, li int, start int64, sm *summary.Summary) (*summary.Summary, error) {
 	ps := &l.panes[li]
-	i, found := slices.BinarySearchFunc(*ps, start, func(p pane, s int64) int { return cmp.Compare(p.start, s) })
+	i, found := slices.BinarySearchFunc(*ps, start, func(p *pane, s int64) int { return cmp.Compare(p.start, s) })
 	if found {
 		old, err := (*ps)[i].get()
 		if err != nil {
@@ -266,42 +273,45 @@ func (st *State) insert(l *list, li int, start int64, sm *summary.Summary) (*sum
 			return nil, err
 		}
 		st.Merges++
-		p, err := st.newPane(li, start, m)
-		if err != nil {
-			return nil, err
-		}
-		(*ps)[i] = p
+		(*ps)[i] = &pane{start: start, sm: m}
 		return m, nil
 	}
-	p, err := st.newPane(li, start, st.paneN(li, sm))
-	if err != nil {
-		return nil, err
-	}
-	*ps = slices.Insert(*ps, i, p)
-	return p.sm, nil
+	sm = st.paneN(li, sm)
+	*ps = slices.Insert(*ps, i, &pane{start: start, sm: sm})
+	return sm, nil
 }
 
-// newPane is a pane of level li: above the buckets, packed as well.
-func (st *State) newPane(li int, start int64, sm *summary.Summary) (pane, error) {
-	p := pane{start: start, sm: sm}
-	if li > 0 && !st.noPack {
-		var err error
-		if p.packed, err = pack(sm); err != nil {
-			return pane{}, err
-		}
+// packIdle packs (see pane) the panes of l that only long windows read from
+// the slide after end on: those out of every window of their level that
+// keeps all its front's aggregates (smallFront panes or fewer, as the 1m
+// window's six buckets: it reads its panes at every flip, once a minute).
+// So every minute once the slide that closed it has pushed it, and every
+// bucket a minute old; each is read again at its long windows' flips and
+// block rebuilds (a decode each), and the aggregators share the State's
+// panes, so they read them packed too.
+func (st *State) packIdle(l *list, end int64) error {
+	if st.noPack {
+		return nil
 	}
-	return p, nil
-}
-
-// compact drops the decoded summaries of l's packed panes.
-func (l *list) compact() {
-	for li := 1; li < len(l.panes); li++ {
-		for i := range l.panes[li] {
-			if p := &l.panes[li][i]; p.packed != nil {
-				p.sm = nil
+	for li, ps := range l.panes {
+		before := end - st.levels[li].short
+		for _, p := range ps {
+			if p.start >= before {
+				break
 			}
+			if p.sm == nil {
+				continue
+			}
+			if p.packed == nil {
+				var err error
+				if p.packed, err = pack(p.sm); err != nil {
+					return err
+				}
+			}
+			p.sm = nil
 		}
 	}
+	return nil
 }
 
 // Closed is a pane of a larger level that closed at a slide (a minute).
@@ -387,7 +397,9 @@ func (st *State) Fire(end int64, result func(Result) error, closed func(Closed) 
 				return err
 			}
 		}
-		l.compact()
+		if err := st.packIdle(l, end); err != nil {
+			return fmt.Errorf("slide: list %q: %w", key, err)
+		}
 		// Drop panes no window needs any more.
 		empty := true
 		for li, lv := range st.levels {
@@ -462,11 +474,15 @@ func (st *State) paneN(li int, sm *summary.Summary) *summary.Summary {
 // mergeRange merges the panes with start in [from, to); nil if none. The
 // steps before the last are merged into scratch summaries (the same
 // summaries, summary.MergeEventsInto): only the result is new.
-func (st *State) mergeRange(ps []pane, from, to int64) (*summary.Summary, error) {
+func (st *State) mergeRange(ps []*pane, from, to int64) (*summary.Summary, error) {
 	var in []*summary.Summary
 	for _, p := range ps {
 		if p.start >= from && p.start < to {
-			in = append(in, p.sm)
+			sm, err := p.get()
+			if err != nil {
+				return nil, err
+			}
+			in = append(in, sm)
 		}
 	}
 	if len(in) == 0 {

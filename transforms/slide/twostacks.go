@@ -8,17 +8,21 @@ import (
 )
 
 // pane is one time range's summary: a bucket, or a minute merged from its
-// buckets. Panes are immutable once built: a late pane replaces its pane
+// buckets. The State and its windows' TwoStacks share each pane (a
+// pointer). Panes are immutable once built: a late pane replaces its pane
 // with a new merged summary, never changes one in place, so the two-stacks
 // aggregates that point at the old one stay consistent until rebuilt.
 //
 // A pane read rarely is held packed: its summary encoded, about a third of
-// its decoded size, and decoded each time it is read (get). The State packs
-// its closed minutes (each read when the 1h window's two-stacks flips, once
-// an hour), and a TwoStacks with Pack its front's block aggregates (each
-// read when its block reaches the top): most of a busy list's window
-// memory, idle between those reads (BENCHMARKS.md, "Idle panes and
-// aggregates packed").
+// its decoded size, and decoded each time it is read (get); packing
+// changes how a pane is held, not what it holds, so it is done in place.
+// The State packs its panes once only its long windows read them
+// (State.packIdle: the minutes at once, each read again when the 1h
+// window's two-stacks flips; the buckets a minute old, read again by the
+// 5m window's flip and block), and a TwoStacks with Pack its front's block
+// aggregates (each read when its block reaches the top): most of a busy
+// list's window memory, idle between those reads (BENCHMARKS.md, "Idle
+// panes and aggregates packed").
 type pane struct {
 	start int64            // Unix ms
 	sm    *summary.Summary // nil when only packed holds it
@@ -97,8 +101,8 @@ type TwoStacks struct {
 	// (see pane) when it keeps one a block (more than smallFront panes):
 	// all but the top's, which the next query reads.
 	Pack    bool
-	front   []node // front[len-1] is the oldest
-	back    []pane // oldest first
+	front   []node  // front[len-1] is the oldest
+	back    []*pane // oldest first
 	backAgg *summary.Summary
 	last    int64 // start of the newest pane pushed
 	merges  int   // merges done, for tests and benchmarks
@@ -107,8 +111,8 @@ type TwoStacks struct {
 // node is a pane of the front: agg, its summary is the aggregate of the
 // pane and every pane below it in the front; otherwise the pane's own.
 type node struct {
-	pane
-	agg bool
+	*pane // an aggregate's own; otherwise the State's
+	agg   bool
 }
 
 // Len is the number of panes in the window.
@@ -116,22 +120,19 @@ func (t *TwoStacks) Len() int { return len(t.front) + len(t.back) }
 
 // Push adds a pane newer than every pane held. sm is not modified.
 func (t *TwoStacks) Push(start int64, sm *summary.Summary) error {
-	return t.push(pane{start: start, sm: sm})
+	return t.push(&pane{start: start, sm: sm})
 }
 
-// push is Push of a pane that may be packed: one packed is held packed
-// (until the flip reads it), its summary merged into the back's aggregate
-// now (decoded, unless p has it decoded too).
-func (t *TwoStacks) push(p pane) error {
+// push is Push of a pane that may be packed (or be packed later by its
+// owner): its summary is merged into the back's aggregate now, decoded if
+// it must be, and the pane is read again at the flip.
+func (t *TwoStacks) push(p *pane) error {
 	if t.Len() > 0 && p.start <= t.last {
 		panic("slide: pane pushed out of order") // callers push in start order
 	}
 	sm, err := p.get()
 	if err != nil {
 		return err
-	}
-	if p.packed != nil {
-		p.sm = nil
 	}
 	t.last = p.start
 	t.back = append(t.back, p)
@@ -195,7 +196,7 @@ func (t *TwoStacks) top() (*summary.Summary, error) {
 				return nil, err
 			}
 			t.merges++
-			nd.pane, nd.agg = pane{start: nd.start, sm: agg}, true
+			nd.pane, nd.agg = &pane{start: nd.start, sm: agg}, true
 		}
 	}
 	if err := t.unpack(n - 1); err != nil {
@@ -215,7 +216,7 @@ func (t *TwoStacks) unpack(i int) error {
 	if err != nil {
 		return err
 	}
-	nd.pane = pane{start: nd.start, sm: sm}
+	nd.pane = &pane{start: nd.start, sm: sm}
 	return nil
 }
 
@@ -292,13 +293,13 @@ func (t *TwoStacks) flip() error {
 			if err != nil {
 				return err
 			}
-			t.front = append(t.front, node{pane: pane{start: p.start, packed: b}, agg: true})
+			t.front = append(t.front, node{pane: &pane{start: p.start, packed: b}, agg: true})
 		case keep:
-			t.front = append(t.front, node{pane: pane{start: p.start, sm: agg}, agg: true})
+			t.front = append(t.front, node{pane: &pane{start: p.start, sm: agg}, agg: true})
 		default:
 			t.front = append(t.front, node{pane: p})
 		}
-		t.back[i] = pane{}
+		t.back[i] = nil
 	}
 	t.back = t.back[:0]
 	t.backAgg = nil
