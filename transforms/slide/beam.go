@@ -291,7 +291,7 @@ func (fn *windowsFn) writePane(sp state.Provider, e *entry, li int, start int64)
 		return nil
 	}
 	// Panes comes in list order, as the set wants; a packed pane (a
-	// closed minute) is written as it is held.
+	// closed minute, a bucket a minute old) is written as it is held.
 	var w summary.SetWriter
 	var err error
 	e.st.Panes(li, func(list string, s int64, sm *summary.Summary, packed []byte) {
