@@ -289,9 +289,13 @@ func (t *TwoStacks) flip() error {
 		switch {
 		case keep && t.Pack && k > 1 && i > 0:
 			// Read when its block reaches the top (top): packed until then.
-			b, err := pack(agg)
-			if err != nil {
-				return err
+			// The bottom's aggregate is its pane's own summary: its
+			// packing, when it has one, serves.
+			b := p.packed
+			if agg != sm || b == nil {
+				if b, err = pack(agg); err != nil {
+					return err
+				}
 			}
 			t.front = append(t.front, node{pane: &pane{start: p.start, packed: b}, agg: true})
 		case keep:
