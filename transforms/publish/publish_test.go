@@ -2,7 +2,12 @@ package publish
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -99,4 +104,51 @@ func TestListsSurviveRedisDown(t *testing.T) {
 		}
 	}
 	t.Logf("job succeeded %v after it started with Redis down for 8 s", time.Since(start).Round(time.Millisecond))
+}
+
+// TestWriteFileAtomic: a version is written whole, a rewrite replaces it,
+// no temporary file is left behind, and a folder that is gone is an
+// fs.ErrNotExist (writeList makes it again on that error).
+func TestWriteFileAtomic(t *testing.T) {
+	dir := t.TempDir()
+	for _, body := range []string{"first version", "second, longer version"} {
+		if err := writeFileAtomic(dir, "1000.json", []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(filepath.Join(dir, "1000.json"))
+		if err != nil || string(got) != body {
+			t.Fatalf("read %q, %v; want %q", got, err, body)
+		}
+	}
+	if err := writeFileAtomic(dir, "empty.json", nil); err != nil {
+		t.Fatal(err)
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	if want := []string{"1000.json", "empty.json"}; !slices.Equal(names, want) {
+		t.Fatalf("folder holds %q, want %q", names, want)
+	}
+	gone := filepath.Join(dir, "gone")
+	if err := writeFileAtomic(gone, "1.json", []byte("x")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("write into a missing folder: %v, want fs.ErrNotExist", err)
+	}
+	fn := &publishFn{}
+	if err := fn.writeList(gone, "1.json", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(gone); err != nil {
+		t.Fatal(err)
+	}
+	if err := fn.writeList(gone, "2.json", []byte("y")); err != nil { // the folder is made again
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(gone, "2.json")); err != nil || string(b) != "y" {
+		t.Fatalf("after the folder was removed: %q, %v", b, err)
+	}
 }
