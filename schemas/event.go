@@ -135,6 +135,26 @@ func checkType(s string) error {
 	return nil
 }
 
+// Partitions is how the fast path spreads a list's items over its
+// partitions (preagg.Config): P for the global lists; Region for a
+// region's lists and Country for a country's when in [1, P), else P.
+type Partitions struct{ P, Region, Country int }
+
+// Of is how many partitions scope's lists use (0 when P is 0).
+func (p Partitions) Of(scope string) int {
+	n := 0
+	switch {
+	case IsRegion(scope):
+		n = p.Region
+	case IsCountry(scope):
+		n = p.Country
+	}
+	if n < 1 || n > p.P {
+		return p.P
+	}
+	return n
+}
+
 // IsCountry reports whether s is two upper-case ASCII letters.
 func IsCountry(s string) bool {
 	return len(s) == 2 && isUpper(s[0]) && isUpper(s[1])

@@ -264,7 +264,11 @@ func (c Config) RecoveryHorizon() time.Duration {
 // (and the minutes the long windows read).
 func (c Config) slideConfig() slide.BeamConfig {
 	sc := slide.BeamConfig{
-		Config:  slide.Config{Bucket: c.Preagg.Bucket, Limit: c.Lists.K + c.Lists.Margin, UpperN: c.cutN(c.MinuteN), AggN: c.cutN(c.AggN)},
+		Config: slide.Config{
+			Bucket: c.Preagg.Bucket, Limit: c.Lists.K + c.Lists.Margin,
+			Parts:  schemas.Partitions{P: c.Preagg.Partitions, Region: c.Preagg.RegionPartitions, Country: c.Preagg.CountryPartitions},
+			UpperN: c.cutN(c.MinuteN), AggN: c.cutN(c.AggN),
+		},
 		Shards:  c.Shards,
 		Minutes: c.Long,
 		Durable: c.Durable,

@@ -798,17 +798,7 @@ func (fn *preaggFn) group(i int, typ, scope string, bucket int64) *group {
 // scopeParts is how many of the P partitions scope's lists use
 // (Config.RegionPartitions, Config.CountryPartitions).
 func (fn *preaggFn) scopeParts(scope string) int {
-	np := 0
-	switch {
-	case schemas.IsRegion(scope):
-		np = fn.RegionParts
-	case schemas.IsCountry(scope):
-		np = fn.CountryParts
-	}
-	if np < 1 || np > fn.Partitions {
-		return fn.Partitions
-	}
-	return np
+	return schemas.Partitions{P: fn.Partitions, Region: fn.RegionParts, Country: fn.CountryParts}.Of(scope)
 }
 
 // partKey is a list's partition: where a counter is parked.

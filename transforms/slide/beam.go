@@ -17,6 +17,7 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
 
 	"github.com/topk-dev/topk/internal/stagemetrics"
+	"github.com/topk-dev/topk/schemas"
 	"github.com/topk-dev/topk/transforms/summary"
 )
 
@@ -98,7 +99,7 @@ func ResultKey(window string, shard int) string { return window + "\x00" + strco
 // timestamped within its bucket (counter.Buckets' output, late panes
 // included). It returns results, a PCollection<KV<string, []byte>> keyed by
 // ResultKey whose values are summary sets (list key -> the list's window
-// summary in the partition, cut to Limit and MinCount), timestamped at the
+// summary in the partition, cut to PartLimit and MinCount), timestamped at the
 // slide's end - 1 ms in the global window (window them by the bucket: the
 // slide's end is the list's as_of); and, with cfg.Minutes, minutes: a
 // PCollection<KV<"type\x00scope\x00partition", []byte summary>> of closed
@@ -125,6 +126,7 @@ func newWindowsFn(cfg BeamConfig) *windowsFn {
 		ID:       hex.EncodeToString(id),
 		BucketMs: cfg.Bucket.Milliseconds(),
 		Limit:    cfg.Limit,
+		Parts:    cfg.Parts,
 		UpperN:   cfg.UpperN,
 		AggN:     cfg.AggN,
 		Shards:   cfg.Shards,
@@ -165,6 +167,7 @@ type windowsFn struct {
 	BucketMs int64
 	Windows  []windowSpec
 	Limit    int
+	Parts    schemas.Partitions
 	UpperN   int
 	AggN     int
 	Shards   int
@@ -191,7 +194,7 @@ type entry struct {
 var cache sync.Map // fn.ID + "\x00" + partition key -> *entry
 
 func (fn *windowsFn) config() Config {
-	c := Config{Bucket: time.Duration(fn.BucketMs) * time.Millisecond, Limit: fn.Limit, UpperN: fn.UpperN, AggN: fn.AggN}
+	c := Config{Bucket: time.Duration(fn.BucketMs) * time.Millisecond, Limit: fn.Limit, Parts: fn.Parts, UpperN: fn.UpperN, AggN: fn.AggN}
 	for _, w := range fn.Windows {
 		c.Windows = append(c.Windows, Window{Name: w.Name, Length: time.Duration(w.LengthMs) * time.Millisecond, Period: time.Duration(w.PeriodMs) * time.Millisecond, MinCount: w.MinCount})
 	}

@@ -4,6 +4,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/topk-dev/topk/schemas"
 )
 
 // TestWindowsFnConfig: the State a worker builds (windowsFn.config) has
@@ -20,6 +22,7 @@ func TestWindowsFnConfig(t *testing.T) {
 				{Name: "1h", Length: time.Hour, Period: time.Minute, MinCount: 10},
 			},
 			Limit:  1100,
+			Parts:  schemas.Partitions{P: 16, Region: 4, Country: 8},
 			UpperN: 1024,
 			AggN:   512,
 		},

@@ -49,6 +49,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/topk-dev/topk/schemas"
 	"github.com/topk-dev/topk/transforms/summary"
 )
 
@@ -71,6 +72,11 @@ type Config struct {
 	// the list margin): an item outside its partition's first Limit by hi
 	// is outside the list's first Limit too. 0 keeps all.
 	Limit int
+	// Parts, when its P is set, is how a list's items are spread over the
+	// partitions: a list in n of them keeps in each window result at most
+	// PartShares shares of Limit (PartShares * ceil(Limit / n)), not
+	// Limit. See PartLimit.
+	Parts schemas.Partitions
 	// UpperN, when > 0, is the number of entries a pane of a level above
 	// the buckets keeps (the minutes the 1h window slides over) and so the
 	// aggregates of the windows that slide over those panes: a closed
@@ -87,6 +93,42 @@ type Config struct {
 	// window over the upper levels keeps the smaller of AggN and UpperN.
 	// 0: as their panes'.
 	AggN int
+}
+
+// PartShares is how many shares of Limit a list's window result keeps in
+// one of its partitions (Config.Parts). A list's items are spread over
+// its n partitions by their hashes, so the list's first Limit entries by
+// hi are about Limit/n in each (binomial: for Limit 1,100 over 16, 69 on
+// average, 8 the standard deviation); four shares (276) leave them a
+// margin of 25 standard deviations. The list merge keeps the first Limit
+// of every partition's result by the same order (summary.Union.Answer:
+// hi, lo, hash), so it keeps the same entries and the same Theta whether a
+// partition sent four shares or Limit, unless one partition holds more
+// than four shares of the list's first Limit; even then the bounds hold
+// (what a partition leaves out raises Theta, so certified_k shrinks), only
+// entries are missing.
+const PartShares = 4
+
+// PartLimit is the entries a window result of list key ("type\x00scope")
+// keeps in one partition: Limit, or PartShares shares of it when the
+// list is spread over more than PartShares partitions (Config.Parts).
+// Sixteen partitions' results of up to Limit entries each made the list
+// merge sort sixteen times what it keeps, and every one was encoded,
+// moved through the runner and decoded first (BENCHMARKS.md, "Window
+// results cut to their share").
+func (c Config) PartLimit(key string) int {
+	if c.Limit <= 0 || c.Parts.P <= 0 {
+		return c.Limit
+	}
+	scope := key
+	if i := strings.IndexByte(key, 0); i >= 0 {
+		scope = key[i+1:]
+	}
+	n := c.Parts.Of(scope)
+	if n <= PartShares {
+		return c.Limit
+	}
+	return min(c.Limit, PartShares*((c.Limit+n-1)/n))
 }
 
 // Validate reports a configuration that cannot work.
@@ -109,6 +151,9 @@ func (c Config) Validate() error {
 	}
 	if c.Limit < 0 {
 		return fmt.Errorf("slide: limit %d", c.Limit)
+	}
+	if p := c.Parts; p.P < 0 || p.Region < 0 || p.Country < 0 {
+		return fmt.Errorf("slide: partitions %+v", p)
 	}
 	if c.UpperN < 0 || c.UpperN > summary.MaxN {
 		return fmt.Errorf("slide: upper levels' N %d outside [0, %d]", c.UpperN, summary.MaxN)
@@ -149,6 +194,7 @@ type State struct {
 }
 
 type list struct {
+	limit  int       // entries a window result keeps (Config.PartLimit)
 	panes  [][]*pane // by level, start order
 	aggs   []TwoStacks
 	pushed []int64 // per window: start of the newest pane pushed (or -inf)
@@ -200,7 +246,7 @@ func (st *State) list(key string) *list {
 	l := st.lists[key]
 	if l == nil {
 		n := len(st.cfg.Windows)
-		l = &list{panes: make([][]*pane, len(st.levels)), aggs: make([]TwoStacks, n), pushed: make([]int64, n), dirty: make([]bool, n)}
+		l = &list{limit: st.cfg.PartLimit(key), panes: make([][]*pane, len(st.levels)), aggs: make([]TwoStacks, n), pushed: make([]int64, n), dirty: make([]bool, n)}
 		for i := range l.pushed {
 			l.pushed[i] = never
 			l.aggs[i].N = st.aggN(i)
@@ -448,7 +494,7 @@ func (st *State) slide(l *list, wi int, end int64, floor uint64, out *summary.Su
 	if err := t.Evict(from); err != nil {
 		return nil, err
 	}
-	return t.QueryTopInto(out, st.cfg.Limit, floor)
+	return t.QueryTopInto(out, l.limit, floor)
 }
 
 // aggN is the N of window wi's aggregates (see Config.AggN).

@@ -3,9 +3,12 @@ package slide
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/topk-dev/topk/schemas"
 	"github.com/topk-dev/topk/transforms/summary"
 )
 
@@ -493,4 +496,111 @@ func TestStatePacked(t *testing.T) {
 			t.Logf("%d results equal; %d packed panes restored", results, packedPanes)
 		})
 	}
+}
+
+// TestPartLimit: a list in many partitions keeps PartShares shares of
+// Limit per partition, and the list merge's answer (summary.Union over
+// the partitions' results, cut to Limit) is the same as from results cut
+// to Limit: the same entries in the same order, the same Theta and
+// Total. Items are spread over the partitions by their hashes as the
+// pre-aggregation spreads them, counts are skewed with many ties, and
+// N is small enough that the bounds are wide.
+func TestPartLimit(t *testing.T) {
+	const limit = 110
+	parts := schemas.Partitions{P: 16, Region: 4}
+	cfg := Config{Bucket: 10 * time.Second, Windows: testWindows, Limit: limit, Parts: parts}
+	for key, want := range map[string]int{
+		"video\x00global": PartShares * 7, "video\x00IN": PartShares * 7, "video\x00IN-MH": limit,
+	} {
+		if got := cfg.PartLimit(key); got != want {
+			t.Fatalf("PartLimit(%q) = %d, want %d", key, got, want)
+		}
+	}
+	if got := (Config{Limit: limit}).PartLimit("video\x00global"); got != limit {
+		t.Fatalf("no partitions set: PartLimit %d, want %d", got, limit)
+	}
+	lists := []string{"video\x00global", "video\x00IN", "video\x00IN-MH"}
+	cut, full := make([]*State, parts.P), make([]*State, parts.P)
+	plain := cfg
+	plain.Parts = schemas.Partitions{}
+	for p := range parts.P {
+		cut[p], full[p] = NewState(cfg), NewState(plain)
+		cut[p].ShareResults, full[p].ShareResults = true, true
+	}
+	rng := rand.New(rand.NewPCG(7, 9))
+	t0 := int64(1_780_000_000_000) - int64(1_780_000_000_000)%3_600_000
+	var us, uf summary.Union
+	trimmed, compared := 0, 0
+	for k := int64(0); k < 80; k++ {
+		b := t0 + k*bucketMs
+		for _, l := range lists {
+			_, scope, _ := strings.Cut(l, "\x00")
+			np := parts.Of(scope)
+			byPart := make([]map[string]uint64, parts.P)
+			for range 4000 {
+				item := fmt.Sprintf("i%d", int(rng.ExpFloat64()*400))
+				p := summary.Partition(summary.Hash(item), np)
+				if byPart[p] == nil {
+					byPart[p] = map[string]uint64{}
+				}
+				byPart[p][item]++
+			}
+			for p, m := range byPart {
+				if m == nil {
+					continue
+				}
+				for _, st := range []*State{cut[p], full[p]} {
+					if _, err := st.Add(l, b, summarize(m, 48)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		}
+		end := b + bucketMs
+		// results[variant][list+window]: the partitions' results, encoded.
+		results := [2]map[string][][]byte{{}, {}}
+		for v, sts := range [][]*State{cut, full} {
+			for p, st := range sts {
+				err := st.Fire(end, func(r Result) error {
+					if v == 0 && len(r.Summary.Entries) > cfg.PartLimit(r.List) {
+						t.Fatalf("%q partition %d: %d entries, limit %d", r.List, p, len(r.Summary.Entries), cfg.PartLimit(r.List))
+					}
+					if v == 1 && len(r.Summary.Entries) > cfg.PartLimit(r.List) {
+						trimmed++ // a result the cut makes shorter
+					}
+					enc, err := r.Summary.MarshalBinary()
+					k := r.List + "/" + testWindows[r.Window].Name
+					results[v][k] = append(results[v][k], enc)
+					return err
+				}, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		for k, encs := range results[1] {
+			us.Reset()
+			uf.Reset()
+			for _, e := range results[0][k] {
+				if err := us.AddEncoded(e); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, e := range encs {
+				if err := uf.AddEncoded(e); err != nil {
+					t.Fatal(err)
+				}
+			}
+			as, af := us.Answer(limit), uf.Answer(limit)
+			if us.Theta != uf.Theta || us.Total != uf.Total || as.CertifiedK != af.CertifiedK || !slices.Equal(as.Entries, af.Entries) {
+				t.Fatalf("%s@%d: the answer from cut results (%d entries, theta %d, total %d, certified %d) differs from the uncut (%d, %d, %d, %d)",
+					k, end, len(as.Entries), us.Theta, us.Total, as.CertifiedK, len(af.Entries), uf.Theta, uf.Total, af.CertifiedK)
+			}
+			compared++
+		}
+	}
+	if trimmed < 100 {
+		t.Fatalf("only %d partition results were longer than their cut: the test does not exercise it", trimmed)
+	}
+	t.Logf("%d list answers compared, %d partition results cut", compared, trimmed)
 }

@@ -94,7 +94,7 @@ var packScratch = sync.Pool{New: func() any { return new([]byte) }}
 type TwoStacks struct {
 	// N, when > 0, is the entries every aggregate keeps (panes are held as
 	// they are): a window's aggregates merge many panes, and the window's
-	// answer per partition is cut to Config.Limit, so they need not keep
+	// answer per partition is cut to Config.PartLimit, so they need not keep
 	// as many entries as a pane. 0: the older side's N (MergeEvents).
 	N int
 	// Pack holds the aggregates the front keeps for a later block packed
