@@ -604,3 +604,31 @@ func TestPartLimit(t *testing.T) {
 	}
 	t.Logf("%d list answers compared, %d partition results cut", compared, trimmed)
 }
+
+// TestTwoStacksResetKeepsPack: a window rebuilt after a late bucket
+// (State.slide resets its aggregator) still packs its front's block
+// aggregates and keeps its aggregates' N; Reset once dropped Pack.
+func TestTwoStacksResetKeepsPack(t *testing.T) {
+	st := NewState(Config{Bucket: 10 * time.Second, Windows: testWindows, AggN: 6})
+	const list = "video\x00global"
+	t0 := int64(1_780_000_000_000) - int64(1_780_000_000_000)%3_600_000
+	for k := int64(0); k < 40; k++ {
+		b := t0 + k*bucketMs
+		if _, err := st.Add(list, b, summarize(map[string]uint64{fmt.Sprint("i", k%7): 1 + uint64(k)}, 8)); err != nil {
+			t.Fatal(err)
+		}
+		if k == 30 { // a late bucket: every window over it is rebuilt
+			if _, err := st.Add(list, b-50_000, summarize(map[string]uint64{"late": 2}, 8)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := st.Fire(b+bucketMs, func(Result) error { return nil }, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for wi, ts := range st.lists[list].aggs {
+		if !ts.Pack || ts.N != 6 {
+			t.Fatalf("window %s after its rebuild: Pack %v, N %d", testWindows[wi].Name, ts.Pack, ts.N)
+		}
+	}
+}

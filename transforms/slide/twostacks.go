@@ -380,5 +380,6 @@ func (t *TwoStacks) mergeN(a, b *summary.Summary) int {
 	return a.N
 }
 
-// Reset empties the aggregator (its N stays).
-func (t *TwoStacks) Reset() { *t = TwoStacks{N: t.N, merges: t.merges} }
+// Reset empties the aggregator (its N and Pack stay: a rebuilt window
+// packs its front's block aggregates as before).
+func (t *TwoStacks) Reset() { *t = TwoStacks{N: t.N, Pack: t.Pack, merges: t.merges} }
