@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/topk-dev/topk/internal/topn"
@@ -189,6 +190,7 @@ type item struct {
 	inOrder bool
 	// scratch of the current tick
 	live, score, base float64
+	present           bool // in the current input (Observe)
 }
 
 // Scorer is the trend state of one list. It is not safe for concurrent use.
@@ -340,50 +342,47 @@ func (sc *Scorer) Observe(in Input) ([]string, error) {
 	sc.advance(&sc.cut, prev, now)
 	for _, it := range sc.items {
 		sc.advance(it, prev, now)
-		it.count = 0
+		it.count, it.present = 0, false
 	}
 	sc.last = now
 	if sc.first == 0 || now < sc.first {
 		sc.first = now
 	}
-	// The total counts every event; a list without one (older producers)
-	// falls back to the sum of its entries.
+	// One pass over the input: its sum, its smallest count (the cut), the
+	// tracked items it holds (which eviction spares) and the items new to
+	// the scorer.
 	var sum uint64
+	least, fresh := uint64(math.MaxUint64), 0
 	for _, c := range in.Items {
 		sum += c.Count
-	}
-	total := max(in.Total, sum)
-	sc.total = total
-	items := slices.Clone(in.Items)
-	slices.SortFunc(items, func(a, b Count) int {
-		if a.Count != b.Count {
-			if a.Count > b.Count {
-				return -1
-			}
-			return 1
-		}
-		if a.Item < b.Item {
-			return -1
-		}
-		if a.Item > b.Item {
-			return 1
-		}
-		return 0
-	})
-	present := make(map[string]bool, len(items))
-	for _, c := range items {
-		present[c.Item] = true
-	}
-	// Make room for the new items at once: evicting one at a time costs a
-	// scan of every tracked item per new item.
-	fresh := 0
-	for _, c := range items {
-		if sc.items[c.Item] == nil && c.Count > 0 && c.Item != "" {
+		least = min(least, c.Count)
+		if it := sc.items[c.Item]; it != nil {
+			it.present = true
+		} else if c.Count > 0 && c.Item != "" {
 			fresh++
 		}
 	}
-	if over := len(sc.items) + fresh - sc.cfg.MaxItems; over > 0 {
-		sc.evict(present, over)
+	// The total counts every event; a list without one (older producers)
+	// falls back to the sum of its entries.
+	total := max(in.Total, sum)
+	sc.total = total
+	// Make room for the new items at once: evicting one at a time costs a
+	// scan of every tracked item per new item. Only when that room is too
+	// small do the new items compete for it, biggest first: then, and
+	// only then, the input is sorted (a list's input is up to 2,000
+	// items, most of them tied at a user or two).
+	items := in.Items
+	if over := len(sc.items) + fresh - sc.cfg.MaxItems; over > 0 && sc.evict(over) < over {
+		items = slices.Clone(in.Items)
+		slices.SortFunc(items, func(a, b Count) int {
+			if a.Count != b.Count {
+				if a.Count > b.Count {
+					return -1
+				}
+				return 1
+			}
+			return strings.Compare(a.Item, b.Item)
+		})
 	}
 	var added []string
 	for _, c := range items {
@@ -416,22 +415,23 @@ func (sc *Scorer) Observe(in Input) ([]string, error) {
 	// The cut: an item absent from this input had at most the last entry's
 	// share, or none when the input holds every event.
 	if len(items) > 0 && sum < total {
-		record(&sc.cut, now, float64(items[len(items)-1].Count)/float64(total))
+		record(&sc.cut, now, float64(least)/float64(total))
 	}
 	return added, nil
 }
 
 // evict drops up to n of the least relevant tracked items that are absent
-// from the current input: not listed first, then seen longest ago, then the
-// lowest decayed score, then by name.
-func (sc *Scorer) evict(present map[string]bool, n int) {
+// from the current input (not present): not listed first, then seen
+// longest ago, then the lowest decayed score, then by name. It returns how
+// many it dropped.
+func (sc *Scorer) evict(n int) int {
 	type cand struct {
 		it    *item
 		score float64
 	}
 	cs := make([]cand, 0, len(sc.items))
 	for _, it := range sc.items {
-		if !present[it.name] {
+		if !it.present {
 			cs = append(cs, cand{it, sc.decayed(it)})
 		}
 	}
@@ -446,9 +446,11 @@ func (sc *Scorer) evict(present map[string]bool, n int) {
 		}
 		return 1
 	})
-	for _, c := range cs[:min(n, len(cs))] {
+	n = min(n, len(cs))
+	for _, c := range cs[:n] {
 		delete(sc.items, c.it.name)
 	}
+	return n
 }
 
 // less orders eviction candidates: a before b when a is less relevant.
@@ -575,12 +577,14 @@ func (sc *Scorer) List() *schemas.Trending {
 		b := sc.baseline(it)
 		it.base = max(b*float64(sc.total), floor)
 		it.live = Live(sc.cfg, it.count, sc.total, b)
-		if warm && it.live > 0 && it.live >= sc.decayed(it) {
-			it.peak, it.peakAt = it.live, sc.last
-		}
 		it.score = 0
 		if warm {
-			it.score = max(it.live, sc.decayed(it))
+			// A new peak is the live score itself (decayed by nothing).
+			d := sc.decayed(it)
+			if it.live > 0 && it.live >= d {
+				it.peak, it.peakAt, d = it.live, sc.last, it.live
+			}
+			it.score = max(it.live, d)
 		}
 		if it.score >= sc.cfg.Enter || (it.listed && it.score >= sc.cfg.Leave) {
 			cands = append(cands, it)

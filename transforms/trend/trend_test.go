@@ -623,3 +623,58 @@ func TestReleasedRingsReused(t *testing.T) {
 		y.Release()
 	}
 }
+
+// TestContendedRoom: when the input brings more new items than eviction
+// can make room for, the biggest get the room whatever the input's order;
+// the tracked items it holds are never evicted for them; and the list's
+// cut is the input's smallest count.
+func TestContendedRoom(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.WarmUp = 0
+	cfg.MaxItems = 100
+	sc := New("hashtag", "global", cfg)
+	// 60 items tracked, all in the next input too.
+	var in Input
+	for j := range 60 {
+		in.Items = append(in.Items, Count{Item: "#old" + strconv.Itoa(j), Count: 5})
+	}
+	in.AsOf, in.Total = t0.Add(tick), 1_000_000
+	if _, err := sc.Observe(in); err != nil {
+		t.Fatal(err)
+	}
+	// Then 90 new items, counts 1..90 in shuffled order, beside them:
+	// room for 40, which must go to counts 51..90.
+	next := Input{AsOf: t0.Add(tick + SlotLen), Total: 1_000_000, Items: slices.Clone(in.Items)}
+	for _, c := range []int{17, 88, 3, 51, 90, 50, 1, 64, 2, 89, 49, 52} {
+		next.Items = append(next.Items, Count{Item: "#new" + strconv.Itoa(c), Count: uint64(c)})
+	}
+	for c := 4; c <= 87; c++ {
+		if !slices.Contains([]int{17, 49, 50, 51, 52, 64}, c) {
+			next.Items = append(next.Items, Count{Item: "#new" + strconv.Itoa(c), Count: uint64(c)})
+		}
+	}
+	if len(next.Items) != 150 {
+		t.Fatalf("test input has %d items", len(next.Items))
+	}
+	added, err := sc.Observe(next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc.Len() != cfg.MaxItems || len(added) != 40 {
+		t.Fatalf("%d tracked, %d added; want %d and 40", sc.Len(), len(added), cfg.MaxItems)
+	}
+	for c := 1; c <= 90; c++ {
+		_, ok := sc.items["#new"+strconv.Itoa(c)]
+		if ok != (c > 50) {
+			t.Errorf("#new%d (count %d) tracked %v", c, c, ok)
+		}
+	}
+	for j := range 60 {
+		if sc.items["#old"+strconv.Itoa(j)] == nil {
+			t.Errorf("#old%d evicted though in the input", j)
+		}
+	}
+	if got, want := sc.cut.recent[mod(slotOf(next.AsOf.UnixMilli()), recentSlots)], float32(1)/1_000_000; got != want {
+		t.Errorf("cut share %v, want the smallest count's %v", got, want)
+	}
+}
