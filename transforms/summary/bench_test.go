@@ -199,6 +199,17 @@ func BenchmarkWindowAnswer(b *testing.B) {
 			}
 		}
 	})
+	// A partition's share of a list spread over 16 (slide.Config.PartLimit):
+	// the cut falls among the ties of a small count.
+	b.Run("one-cut-share", func(b *testing.B) {
+		var out Summary
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := MergeEventsTopInto(&out, x, y, 1100, 276, 0); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
 
 // BenchmarkMergerSlidingHour is the sliding hour's merge: 60 encoded minute

@@ -88,17 +88,7 @@ func cutTop(dst, es []Entry, n int, floor uint64, fp **Drops) ([]Entry, uint64) 
 	var keepTie []int // indices of the ties kept, ascending; nil: all ties kept
 	if ties > need {
 		dropped = max(dropped, h)
-		idx := make([]int, 0, ties)
-		for i := range es {
-			if es[i].Hi == h {
-				idx = append(idx, i)
-			}
-		}
-		// A selection, not a sort: the ties of a small count can be
-		// thousands of entries.
-		topn.Select(idx, need, func(a, b int) int { return cmpRank(es[a], es[b]) })
-		keepTie = idx[:need]
-		slices.Sort(keepTie)
+		keepTie = cutTies(es, h, ties, need)
 	}
 	t := 0
 	for i := range es {
@@ -192,4 +182,62 @@ func nthLargest(xs []uint64, n int) uint64 {
 		return 0
 	})
 	return xs[k]
+}
+
+// cutTies returns the indices, ascending, of the need entries of es first
+// in rank order among its ties entries whose hi is h: lo descending, then
+// hash, then item (cmpRank). The ties of a small count can be thousands
+// of entries (a partition's share of a list cut at a count of one or
+// two), so the cut is made like cutTop's on hi: the need-th largest lo
+// from the lo values alone, then among the entries at that lo the
+// smallest hashes, each a selection over 8-byte integers; entries are
+// compared through cmpRank only where two hashes at the cut are equal.
+func cutTies(es []Entry, h uint64, ties, need int) []int {
+	idx := make([]int, 0, ties)
+	p := his.Get().(*[]uint64)
+	defer his.Put(p)
+	ks := (*p)[:0]
+	for i := range es {
+		if es[i].Hi == h {
+			idx = append(idx, i)
+			ks = append(ks, es[i].Lo)
+		}
+	}
+	l := nthLargest(ks, need)
+	above := 0
+	ks = ks[:0]
+	for _, i := range idx {
+		switch lo := es[i].Lo; {
+		case lo > l:
+			above++
+		case lo == l:
+			ks = append(ks, ^es[i].Hash) // largest first: smallest hash first
+		}
+	}
+	left := need - above // taken from the entries at lo l
+	hc := ^nthLargest(ks, left)
+	*p = ks
+	below, at := 0, 0
+	for _, k := range ks {
+		switch hash := ^k; {
+		case hash < hc:
+			below++
+		case hash == hc:
+			at++
+		}
+	}
+	if below+at > left {
+		// Distinct items with one hash at the cut: ranked by item too.
+		topn.Select(idx, need, func(a, b int) int { return cmpRank(es[a], es[b]) })
+		keep := idx[:need]
+		slices.Sort(keep)
+		return keep
+	}
+	keep := idx[:0]
+	for _, i := range idx {
+		if lo := es[i].Lo; lo > l || lo == l && es[i].Hash <= hc {
+			keep = append(keep, i)
+		}
+	}
+	return keep
 }

@@ -65,6 +65,27 @@ func TestCutTopEqualsSelectSort(t *testing.T) {
 	}
 }
 
+// cutTop's ties at the cut are ranked by item where distinct items share
+// a hash (forced here: few hash values), as the select-then-sort did.
+func TestCutTopSharedHashes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 7))
+	for trial := range 300 {
+		size := 1 + rng.IntN(200)
+		var es []Entry
+		for i := range size {
+			hi := 1 + rng.Uint64N(3)
+			es = append(es, Entry{Item: fmt.Sprintf("i%d", i), Hash: rng.Uint64N(1 + uint64(trial%7)), Lo: rng.Uint64N(2), Hi: hi})
+		}
+		slices.SortFunc(es, cmpKey)
+		n := 1 + rng.IntN(size)
+		want, wantDrop := refTop(slices.Clone(es), n, 0)
+		got, gotDrop := cutTop(nil, es, n, 0, nil)
+		if !slices.Equal(got, want) || gotDrop != wantDrop {
+			t.Fatalf("trial %d (size %d n %d): got %d entries dropped %d, want %d dropped %d", trial, size, n, len(got), gotDrop, len(want), wantDrop)
+		}
+	}
+}
+
 // BenchmarkCut: a merged minute summary (N = 4,096 over Zipf 1.1) cut to
 // a list's 1,100 entries at a minimum count of 3, as the sliding windows
 // cut every window result; "select-sort" is the cut before cutTop.
@@ -133,5 +154,30 @@ func TestUnionListsAnItemOnce(t *testing.T) {
 	}
 	if want := []string{"a=7", "b=3", "c=1"}; !slices.Equal(got, want) {
 		t.Fatalf("answer %v, want %v", got, want)
+	}
+}
+
+// BenchmarkCutTies: a partition's window result as most lists' are (1,100
+// entries, nearly all counted once or twice) cut to its share of a list
+// over 16 partitions (276): the cut falls among hundreds of ties.
+func BenchmarkCutTies(b *testing.B) {
+	rng := rand.New(rand.NewPCG(8, 8))
+	var es []Entry
+	for i := range 1100 {
+		item := fmt.Sprintf("#tag%d", i)
+		hi := uint64(1)
+		switch r := rng.IntN(100); {
+		case r < 10:
+			hi = 3 + rng.Uint64N(50)
+		case r < 40:
+			hi = 2
+		}
+		es = append(es, Entry{Item: item, Hash: Hash(item), Lo: hi - rng.Uint64N(2)*min(hi, 1), Hi: hi})
+	}
+	slices.SortFunc(es, cmpKey)
+	dst := make([]Entry, 0, 1100)
+	b.ReportAllocs()
+	for b.Loop() {
+		dst, _ = cutTop(dst[:0], es, 276, 0, nil)
 	}
 }

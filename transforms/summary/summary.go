@@ -314,7 +314,7 @@ func appendMerged(dst []Entry, a, b *Summary) []Entry {
 			c = -1
 		case x.Hash > y.Hash:
 			c = 1
-		default:
+		case x.Item != y.Item: // equal hashes are nearly always one item
 			c = strings.Compare(x.Item, y.Item)
 		}
 		switch {
