@@ -34,6 +34,15 @@ type Config struct {
 	// MinCount is the minimum 5-minute count (events or users) before an
 	// item scores. Default 20; 0 lets any count score.
 	MinCount uint64
+	// MinTrack is the minimum 5-minute count an input item needs to be
+	// observed: one counted less is treated as absent from the input (at
+	// most the list's cut), so it neither starts tracking nor takes a
+	// slot. Default 2: most of a small list's 5-minute items are counted
+	// once (one user), and tracking them churned every tracked slot in
+	// minutes, evicting the history of the items that matter (see the
+	// package doc). 0 and 1 observe every item; at most MinCount when
+	// MinCount is set.
+	MinTrack uint64
 	// NoiseZ discounts the count by NoiseZ * sqrt(count) in the ratio.
 	// Default 2; 0 is the plain score.
 	NoiseZ float64
@@ -74,6 +83,7 @@ func DefaultConfig() Config {
 		HalfLife:     2 * time.Hour,
 		FloorPerHour: 3,
 		MinCount:     20,
+		MinTrack:     2,
 		NoiseZ:       2,
 		Enter:        5e-4,
 		Leave:        2.5e-4,
@@ -99,6 +109,9 @@ func (c Config) Validate() error {
 	}
 	if !(c.Leave > 0) || !(c.Enter >= c.Leave) || math.IsInf(c.Enter, 0) {
 		errs = append(errs, fmt.Errorf("thresholds enter %v / leave %v: want 0 < leave <= enter", c.Enter, c.Leave))
+	}
+	if c.MinCount > 0 && c.MinTrack > c.MinCount {
+		errs = append(errs, fmt.Errorf("min track %d over min count %d: items that may score would not be tracked", c.MinTrack, c.MinCount))
 	}
 	if c.Size < 1 || c.Size > 1000 {
 		errs = append(errs, fmt.Errorf("size %d outside [1, 1000]", c.Size))
@@ -348,13 +361,18 @@ func (sc *Scorer) Observe(in Input) ([]string, error) {
 	if sc.first == 0 || now < sc.first {
 		sc.first = now
 	}
-	// One pass over the input: its sum, its smallest count (the cut), the
-	// tracked items it holds (which eviction spares) and the items new to
-	// the scorer.
-	var sum uint64
-	least, fresh := uint64(math.MaxUint64), 0
+	// One pass over the input: its sum, its smallest count observed and
+	// the largest not (the cut), the tracked items it holds (which
+	// eviction spares) and the items new to the scorer.
+	var sum, below uint64
+	least, fresh, observed := uint64(math.MaxUint64), 0, 0
 	for _, c := range in.Items {
 		sum += c.Count
+		if c.Count < sc.cfg.MinTrack {
+			below = max(below, c.Count)
+			continue
+		}
+		observed++
 		least = min(least, c.Count)
 		if it := sc.items[c.Item]; it != nil {
 			it.present = true
@@ -386,7 +404,7 @@ func (sc *Scorer) Observe(in Input) ([]string, error) {
 	}
 	var added []string
 	for _, c := range items {
-		if total == 0 || c.Count == 0 || c.Item == "" {
+		if total == 0 || c.Count == 0 || c.Item == "" || c.Count < sc.cfg.MinTrack {
 			continue
 		}
 		it := sc.items[c.Item]
@@ -413,9 +431,14 @@ func (sc *Scorer) Observe(in Input) ([]string, error) {
 		record(it, now, float64(it.count)/float64(total))
 	}
 	// The cut: an item absent from this input had at most the last entry's
-	// share, or none when the input holds every event.
-	if len(items) > 0 && sum < total {
-		record(&sc.cut, now, float64(least)/float64(total))
+	// share, or none when the input holds every event; one counted under
+	// MinTrack, its count.
+	var cut uint64
+	if observed > 0 && sum < total {
+		cut = least
+	}
+	if cut = max(cut, below); cut > 0 && total > 0 {
+		record(&sc.cut, now, float64(cut)/float64(total))
 	}
 	return added, nil
 }

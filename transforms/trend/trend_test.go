@@ -163,50 +163,83 @@ func close(a, b float64) bool { return math.Abs(a-b) <= 1e-12+1e-9*math.Abs(b) }
 // TestFloor: over a small steady background, after the warm-up, a
 // brand-new item with 3 events in its first 5-minute window does not trend
 // (minimum volume; its floor is "three an hour") and one with 300 does, at
-// rank 1, both with a full list (every item listed: baseline = the floor,
-// 0.25 events) and with a truncated one (baseline = the list's cut).
+// rank 1, with a full list (every item listed) and with a truncated one,
+// observing every item (MinTrack 1) and the default (MinTrack 2). Its
+// baseline is the list's cut: the floor, 0.25 events, when the list held
+// every item and every item was observed; otherwise the largest share an
+// untracked item may have had in an earlier slot (refCut).
 func TestFloor(t *testing.T) {
-	for _, listLen := range []int{0, 150} {
-		w := newWorld(3, 300, 100)
-		cfg := DefaultConfig()
-		sc := New("hashtag", "global", cfg)
-		var in Input
-		now := t0
-		var maxCut float64 // the largest cut share of the earlier slots
-		for now = t0.Add(tick); !now.After(t0.Add(30 * time.Minute)); now = now.Add(tick) {
+	for _, minTrack := range []uint64{1, 2} {
+		for _, listLen := range []int{0, 150} {
+			w := newWorld(3, 300, 100)
+			cfg := DefaultConfig()
+			cfg.MinTrack = minTrack
+			sc := New("hashtag", "global", cfg)
+			var in Input
+			now := t0
+			var maxCut float64 // the largest cut share of the earlier slots
+			for now = t0.Add(tick); !now.After(t0.Add(30 * time.Minute)); now = now.Add(tick) {
+				w.step(now)
+				in = w.input(now, listLen)
+				if now.Before(t0.Add(30 * time.Minute)) {
+					maxCut = max(maxCut, refCut(in, minTrack))
+				}
+				if _, err := sc.Step(context.Background(), in, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
 			w.step(now)
 			in = w.input(now, listLen)
-			if listLen > 0 && now.Before(t0.Add(30*time.Minute)) {
-				maxCut = max(maxCut, float64(float32(float64(in.Items[listLen-1].Count)/float64(in.Total))))
-			}
-			if _, err := sc.Step(context.Background(), in, nil); err != nil {
+			in.Items = append(in.Items, Count{"few", 3}, Count{"many", 300})
+			in.Total += 303
+			l, err := sc.Step(context.Background(), in, nil)
+			if err != nil {
 				t.Fatal(err)
 			}
+			if rankOf(l, "few") != 0 {
+				t.Errorf("min track %d, list %d: 3 events of a new item trend: %+v", minTrack, listLen, l.Items)
+			}
+			if r := rankOf(l, "many"); r != 1 {
+				t.Fatalf("min track %d, list %d: 300 events of a new item are at rank %d: %+v", minTrack, listLen, r, l.Items)
+			}
+			e := l.Items[0]
+			wantBase := max(0.25, maxCut*float64(in.Total))
+			if minTrack == 1 && listLen == 0 && maxCut != 0 {
+				t.Errorf("a full list observed whole has a cut: %v", maxCut)
+			}
+			if !close(e.Baseline5m, wantBase) || e.Count5m != 300 {
+				t.Errorf("min track %d, list %d: many = %+v, want count 300 and baseline %v", minTrack, listLen, e, wantBase)
+			}
+			t.Logf("min track %d, list %d: %+v", minTrack, listLen, e)
 		}
-		w.step(now)
-		in = w.input(now, listLen)
-		in.Items = append(in.Items, Count{"few", 3}, Count{"many", 300})
-		in.Total += 303
-		l, err := sc.Step(context.Background(), in, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if rankOf(l, "few") != 0 {
-			t.Errorf("list %d: 3 events of a new item trend: %+v", listLen, l.Items)
-		}
-		if r := rankOf(l, "many"); r != 1 {
-			t.Fatalf("list %d: 300 events of a new item are at rank %d: %+v", listLen, r, l.Items)
-		}
-		e := l.Items[0]
-		wantBase := 0.25
-		if listLen > 0 {
-			wantBase = maxCut * float64(in.Total)
-		}
-		if !close(e.Baseline5m, wantBase) || e.Count5m != 300 {
-			t.Errorf("list %d: many = %+v, want count 300 and baseline %v", listLen, e, wantBase)
-		}
-		t.Logf("list %d: %+v", listLen, e)
 	}
+}
+
+// refCut is the share of the list's cut in input in: what an item the
+// scorer does not track had at most, written from the package doc rather
+// than taken from Observe: the smallest count observed when the input
+// leaves events out, and the largest count under minTrack (an item
+// counted less is treated as absent), over the input's total (at least
+// its sum), as a float32 share.
+func refCut(in Input, minTrack uint64) float64 {
+	var sum, cut uint64
+	smallest := uint64(0)
+	for _, c := range in.Items {
+		sum += c.Count
+		if c.Count < minTrack {
+			cut = max(cut, c.Count)
+		} else if smallest == 0 || c.Count < smallest {
+			smallest = c.Count
+		}
+	}
+	total := max(in.Total, sum)
+	if sum < total {
+		cut = max(cut, smallest)
+	}
+	if total == 0 {
+		return 0
+	}
+	return float64(float32(float64(cut) / float64(total)))
 }
 
 // TestHysteresis: an item whose live score alternates between above Enter
@@ -632,6 +665,7 @@ func TestContendedRoom(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.WarmUp = 0
 	cfg.MaxItems = 100
+	cfg.MinTrack = 1 // every item observed: TestMinTrack has the rest
 	sc := New("hashtag", "global", cfg)
 	// 60 items tracked, all in the next input too.
 	var in Input
@@ -676,5 +710,61 @@ func TestContendedRoom(t *testing.T) {
 	}
 	if got, want := sc.cut.recent[mod(slotOf(next.AsOf.UnixMilli()), recentSlots)], float32(1)/1_000_000; got != want {
 		t.Errorf("cut share %v, want the smallest count's %v", got, want)
+	}
+}
+
+// TestMinTrackKeepsHistory: a list whose 5-minute input is mostly items
+// counted once (a region's hashtags: one user each) keeps the history of
+// an evergreen item through 20 minutes of absence with MinTrack 2, so the
+// item does not trend when it comes back at its usual share; observing
+// every item (MinTrack 1), the one-off items churn every tracked slot
+// within minutes, the evergreen item's history is evicted and it comes
+// back as new and trends: what MinTrack is for. Items under MinTrack are
+// never tracked, and the cut covers them.
+func TestMinTrackKeepsHistory(t *testing.T) {
+	run := func(minTrack uint64) (rank int, tracked bool, sc *Scorer) {
+		cfg := DefaultConfig()
+		cfg.MinTrack = minTrack
+		sc = New("hashtag", "MX-JAL", cfg)
+		for m := 1; m <= 81; m++ {
+			in := Input{AsOf: t0.Add(time.Duration(m) * time.Minute)}
+			var sum uint64
+			add := func(item string, n uint64) {
+				in.Items = append(in.Items, Count{Item: item, Count: n})
+				sum += n
+			}
+			for j := range 50 {
+				add("#bg"+strconv.Itoa(j), uint64(10+j))
+			}
+			switch {
+			case m <= 60 || m == 81:
+				add("#evergreen", 30)
+			default:
+				for j := range 700 {
+					add("#once-"+strconv.Itoa(m)+"-"+strconv.Itoa(j), 1)
+				}
+			}
+			in.Total = sum + 500 // the list leaves some events out
+			l, err := sc.Step(context.Background(), in, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if minTrack > 1 && sc.Len() > 51 {
+				t.Fatalf("min track %d, minute %d: %d items tracked, want the 51 counted twice or more", minTrack, m, sc.Len())
+			}
+			rank = rankOf(l, "#evergreen")
+		}
+		return rank, sc.items["#evergreen"] != nil, sc
+	}
+	rank, tracked, sc := run(2)
+	if rank != 0 || !tracked {
+		t.Errorf("min track 2: the evergreen item back at its usual share: rank %d, tracked %v; want not trending, still tracked", rank, tracked)
+	}
+	// The cut covers the one-off items: at least 1 of the minute's total.
+	if got, want := sc.cut.recent[mod(slotOf(t0.Add(80*time.Minute).UnixMilli()), recentSlots)], float32(1.0/float64(50*10+1225+700+500)); got < want {
+		t.Errorf("cut share %v under the one-off items' %v", got, want)
+	}
+	if rank, tracked, _ := run(1); rank == 0 {
+		t.Errorf("min track 1: the evergreen item came back at rank %d (tracked %v); the test expects its history evicted and a false trend", rank, tracked)
 	}
 }

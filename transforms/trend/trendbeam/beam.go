@@ -779,12 +779,30 @@ func (fn *scoreFn) usersInput(ctx context.Context, asOf time.Time, panes map[int
 			log.Errorf(ctx, "trend: users of pane %d skipped: %v", rawPanes[i], err)
 		}
 	}
-	in := trend.Input{AsOf: asOf, Total: u.Pairs.Estimate(), Items: make([]trend.Count, 0, len(u.Items))}
+	in := trend.Input{AsOf: asOf, Items: make([]trend.Count, 0, len(u.Items))}
+	// Items under MinTrack go in as one entry with their largest count:
+	// the scorer treats them as absent, at most that count (its cut). The
+	// total is what the scorer would take with every item in (the pairs'
+	// estimate, at least the items' sum).
+	var below trend.Count
+	var sum uint64
 	for it, e := range u.Items {
-		if n := e.Users.Estimate(); n > 0 {
+		n := e.Users.Estimate()
+		sum += n
+		switch {
+		case n == 0:
+		case n < fn.Trend.MinTrack:
+			if n > below.Count {
+				below = trend.Count{Item: it, Count: n}
+			}
+		default:
 			in.Items = append(in.Items, trend.Count{Item: it, Count: n})
 		}
 	}
+	if below.Count > 0 {
+		in.Items = append(in.Items, below)
+	}
+	in.Total = max(u.Pairs.Estimate(), sum)
 	return in
 }
 

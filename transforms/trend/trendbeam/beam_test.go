@@ -290,6 +290,7 @@ func TestPane(t *testing.T) {
 func TestUsersInputPanesInRange(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Trend.Counts = schemas.CountsUsers
+	cfg.Trend.MinTrack = 1 // one user per item: TestUsersInputMinTrack has the default
 	cfg.Bucket = 7 * time.Second
 	fn := newScoreFn(cfg)
 	if fn.PaneMs != 7000 {
@@ -322,5 +323,58 @@ func TestUsersInputPanesInRange(t *testing.T) {
 	}
 	if in.Total != uint64(len(want)) {
 		t.Fatalf("total %d pairs, want %d", in.Total, len(want))
+	}
+}
+
+// TestUsersInputMinTrack: the scorer's input by users holds the items of
+// at least MinTrack distinct users over the 5 minutes' panes (an item's
+// users in two panes are one union, not a sum: the same user twice is
+// one), and of the others one, with the largest count among them, which
+// the scorer takes as its cut; the total is every pair's, as with every
+// item in.
+func TestUsersInputMinTrack(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Trend.Counts = schemas.CountsUsers
+	fn := newScoreFn(cfg)
+	if fn.Trend.MinTrack != 2 {
+		t.Fatalf("default min track %d, want 2", fn.Trend.MinTrack)
+	}
+	asOf := t0.Add(10 * time.Minute)
+	to := asOf.UnixMilli()
+	panes := map[int64][]byte{}
+	for k, p := range []int64{to - window5m, to - fn.PaneMs} {
+		tl := users.NewTally()
+		addEvent(tl, "#same-user", "u1")                // one user in both panes: 1
+		addEvent(tl, "#two-users", "u"+strconv.Itoa(k)) // two users: 2
+		for j := range 3 {
+			addEvent(tl, "#three", "v"+strconv.Itoa(k*3+j)) // 6
+		}
+		addEvent(tl, "#once-"+strconv.Itoa(k), "w") // one user, one pane each
+		b, err := tl.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		panes[p] = b
+	}
+	in := fn.usersInput(context.Background(), asOf, panes, nil)
+	got := map[string]uint64{}
+	for _, c := range in.Items {
+		got[c.Item] = c.Count
+	}
+	if got["#two-users"] != 2 || got["#three"] != 6 || len(got) != 3 {
+		t.Fatalf("input %v: want #two-users 2, #three 6 and one item of 1 user", got)
+	}
+	below := 0
+	for it, n := range got {
+		if n == 1 && (it == "#same-user" || strings.HasPrefix(it, "#once-")) {
+			below++
+		}
+	}
+	if below != 1 {
+		t.Fatalf("input %v: want one of the one-user items", got)
+	}
+	// Pairs: #same-user 1, #two-users 2, #three 6, #once-0 1, #once-1 1.
+	if in.Total != 11 {
+		t.Fatalf("total %d pairs, want 11", in.Total)
 	}
 }
