@@ -581,13 +581,34 @@ func (t *Tally) absorb(data []byte, hlls []Sketch, hashes []hashCount, keep []bo
 // their counts in the first pass: both may then be united, and Trim
 // still keeps the right ones.)
 func (t *Tally) UniteTop(pieces [][]byte, max int) (errs []error) {
+	errs, _ = t.UniteTopMin(pieces, max, 0)
+	return errs
+}
+
+// Left is what UniteTopMin left out for its minimum: how many items, the
+// sum of their counts and the largest (each item's count over t and the
+// pieces, which is at least its distinct users: the same user in two
+// pieces counts twice).
+type Left struct {
+	Items    int
+	Sum, Max uint64
+}
+
+// UniteTopMin is UniteTop that also leaves out the items whose count over
+// t and the pieces is under min (they add only the pairs they imply, as
+// the items the cut to max leaves out), and says what it left out for
+// min. An item counted under min has fewer distinct users than min: the
+// trend scorer treats such items as absent (trend.Config.MinTrack), and
+// most of a small list's items over 5 minutes are counted once, so they
+// are never given an entry. min <= 1 leaves out nothing for it.
+func (t *Tally) UniteTopMin(pieces [][]byte, max int, min uint64) (errs []error, left Left) {
 	errs = make([]error, len(pieces))
-	if max <= 0 {
+	if max <= 0 && min <= 1 {
 		for i, p := range pieces {
 			errs[i] = t.AbsorbBinary(p)
 		}
 		t.Trim(max)
-		return errs
+		return errs, left
 	}
 	type checked struct {
 		data     []byte
@@ -623,8 +644,8 @@ func (t *Tally) UniteTop(pieces [][]byte, max int) (errs []error) {
 		n += len(hashes) - from
 	}
 	var keep []bool // by position in hashes
-	if n > max && len(hashes) > 0 {
-		keep = sc.cut(hashes, t.Items, max)
+	if (n > max && max > 0 || min > 1) && len(hashes) > 0 {
+		keep, left = sc.cut(hashes, t.Items, max, min)
 	}
 	for i, c := range cs {
 		if !c.ok {
@@ -639,16 +660,16 @@ func (t *Tally) UniteTop(pieces [][]byte, max int) (errs []error) {
 		}
 	}
 	t.Trim(max)
-	return errs
+	return errs, left
 }
 
 // cut returns, for each of the pieces' items in hashes, whether
 // its total count (over hashes and the items of have) reaches the max-th
-// largest total. Totals are added in an open-addressing table of hashes
+// largest total (max <= 0: any) and min, and what min left out. Totals are added in an open-addressing table of hashes
 // (as preagg's topIndex): a Go map of tens of thousands of hashes was
 // half of UniteTop's time, and sorting them a quarter. The result is
 // sc's memory, valid until the next cut.
-func (sc *cutTable) cut(hashes []hashCount, have map[string]*TallyEntry, max int) []bool {
+func (sc *cutTable) cut(hashes []hashCount, have map[string]*TallyEntry, top int, min uint64) ([]bool, Left) {
 	bits := uint8(4)
 	for 1<<bits < 2*(len(hashes)+len(have)) {
 		bits++
@@ -680,16 +701,40 @@ func (sc *cutTable) cut(hashes []hashCount, have map[string]*TallyEntry, max int
 		slots = append(slots, add(h.hash, h.count))
 	}
 	sc.slots = slots
+	// With min: mark says which slots are items of have (which stay in
+	// t whatever their count, and so take every piece's part) and which
+	// Left counted already.
+	const inHave, counted = 1, 2
+	mark := sc.mark[:0]
+	if min > 1 {
+		mark = slices.Grow(mark, n)[:n]
+		clear(mark)
+	}
+	sc.mark = mark
 	for it, e := range have {
-		add(xxhash.Sum64String(it), e.Count)
+		j := add(xxhash.Sum64String(it), e.Count)
+		if min > 1 {
+			mark[j] = inHave
+		}
 	}
 	keep := slices.Grow(sc.keep[:0], len(hashes))[:len(hashes)]
 	sc.keep = keep
-	if distinct <= max {
-		for i := range keep {
-			keep[i] = true
+	var left Left
+	if min > 1 {
+		for _, j := range slots {
+			if c := totals[j]; c < min && mark[j] == 0 {
+				mark[j] = counted
+				left.Items++
+				left.Sum += c
+				left.Max = max(left.Max, c)
+			}
 		}
-		return keep
+	}
+	if distinct-left.Items <= top || top <= 0 {
+		for i, j := range slots {
+			keep[i] = totals[j] >= min || min > 1 && mark[j] == inHave
+		}
+		return keep, left
 	}
 	vals := slices.Grow(sc.vals[:0], distinct)
 	for j, k := range keys {
@@ -698,12 +743,12 @@ func (sc *cutTable) cut(hashes []hashCount, have map[string]*TallyEntry, max int
 		}
 	}
 	sc.vals = vals
-	topn.Select(vals, max, func(a, b uint64) int { return cmp.Compare(b, a) })
-	floor := slices.Min(vals[:max])
+	topn.Select(vals, top, func(a, b uint64) int { return cmp.Compare(b, a) })
+	floor := slices.Min(vals[:top])
 	for i, j := range slots {
-		keep[i] = totals[j] >= floor
+		keep[i] = totals[j] >= floor && (totals[j] >= min || min > 1 && mark[j] == inHave)
 	}
-	return keep
+	return keep, left
 }
 
 // cutTable is UniteTop's scratch, pooled: a scorer unites a pane per
@@ -713,6 +758,7 @@ type cutTable struct {
 	keys, totals, vals []uint64
 	slots              []int32
 	keep               []bool
+	mark               []uint8
 }
 
 var cutScratch = sync.Pool{New: func() any { return new(cutTable) }}

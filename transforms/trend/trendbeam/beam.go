@@ -754,7 +754,13 @@ func (fn *scoreFn) usersInput(ctx context.Context, asOf time.Time, panes map[int
 	to := asOf.UnixMilli()
 	// The fresh panes (decoded already) first, then the others from their
 	// bytes with the cut to MaxItems (UniteTop: only items that can make
-	// it get an entry), in pane order.
+	// it get an entry), in pane order. With MinTrack, every pane from its
+	// bytes (UniteTopMin: an item counted under it over the 5 minutes is
+	// never given an entry, and most are).
+	minTrack := fn.Trend.MinTrack
+	if minTrack > 1 {
+		fresh = nil
+	}
 	u := users.NewTally()
 	var raws [][]byte
 	var rawPanes, in5m []int64
@@ -774,7 +780,8 @@ func (fn *scoreFn) usersInput(ctx context.Context, asOf time.Time, panes map[int
 		}
 		raws, rawPanes = append(raws, panes[b]), append(rawPanes, b)
 	}
-	for i, err := range u.UniteTop(raws, fn.Trend.MaxItems) {
+	errs, left := u.UniteTopMin(raws, fn.Trend.MaxItems, minTrack)
+	for i, err := range errs {
 		if err != nil {
 			log.Errorf(ctx, "trend: users of pane %d skipped: %v", rawPanes[i], err)
 		}
@@ -783,9 +790,11 @@ func (fn *scoreFn) usersInput(ctx context.Context, asOf time.Time, panes map[int
 	// Items under MinTrack go in as one entry with their largest count:
 	// the scorer treats them as absent, at most that count (its cut). The
 	// total is what the scorer would take with every item in (the pairs'
-	// estimate, at least the items' sum).
-	var below trend.Count
-	var sum uint64
+	// estimate, at least the items' sum). Those UniteTopMin left out are
+	// counted by their counts, at least their users (an item counted
+	// under MinTrack 2 is one user in one pane: exact).
+	below := trend.Count{Count: left.Max} // no name: never tracked
+	sum := left.Sum
 	for it, e := range u.Items {
 		n := e.Users.Estimate()
 		sum += n
