@@ -39,7 +39,9 @@
 // (list, Every) come the pieces' union into panes, the 5 minutes' union
 // and the score; both unions are cut to Trend.MaxItems items as they are
 // made (users.UniteTop: an item that cannot stay is never given an entry,
-// and most of a busy list's items are seen once in a minute). Measured in steady state on 2 cores (BENCHMARKS.md,
+// and most of a busy list's items are seen once in a minute), and the 5
+// minutes' union leaves out the items of fewer than Trend.MinTrack users
+// (users.UniteTopMin), which the scorer would not track. Measured in steady state on 2 cores (BENCHMARKS.md,
 // "Trending against the event rate"): 18-27% of the fast path's CPU from
 // 100k to 400k events/s, much of it building, moving and uniting the
 // tallies; +28% in a replay of a minute of the scale issue's load (1M
@@ -753,14 +755,11 @@ func (fn *scoreFn) unitePieces(ctx context.Context, sp state.Provider, key strin
 func (fn *scoreFn) usersInput(ctx context.Context, asOf time.Time, panes map[int64][]byte, fresh map[int64]*users.Tally) trend.Input {
 	to := asOf.UnixMilli()
 	// The fresh panes (decoded already) first, then the others from their
-	// bytes with the cut to MaxItems (UniteTop: only items that can make
-	// it get an entry), in pane order. With MinTrack, every pane from its
-	// bytes (UniteTopMin: an item counted under it over the 5 minutes is
-	// never given an entry, and most are).
+	// bytes with the cut to MaxItems and MinTrack (UniteTopMin: only
+	// items that can make it get an entry; an item counted under
+	// MinTrack over the 5 minutes, most of a small list's, does not,
+	// unless a fresh pane gave it one), in pane order.
 	minTrack := fn.Trend.MinTrack
-	if minTrack > 1 {
-		fresh = nil
-	}
 	u := users.NewTally()
 	var raws [][]byte
 	var rawPanes, in5m []int64

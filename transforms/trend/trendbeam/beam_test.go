@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -376,5 +377,78 @@ func TestUsersInputMinTrack(t *testing.T) {
 	// Pairs: #same-user 1, #two-users 2, #three 6, #once-0 1, #once-1 1.
 	if in.Total != 11 {
 		t.Fatalf("total %d pairs, want 11", in.Total)
+	}
+}
+
+// TestUsersInputMinTrackSameScore: over random panes (Zipf items, users
+// repeating), the input with MinTrack 2 holds exactly the items of two
+// users or more that the input observing every item holds, with the same
+// counts and the same largest count under 2. Its total is the same while
+// the items fit in MaxItems; beyond, it also counts the one-user items the
+// cut to MaxItems left out (the pairs' estimate, at least the items'
+// sum: a tighter lower bound), never more than the exact number of
+// (user, item) pairs, recounted here, or the estimate.
+func TestUsersInputMinTrackSameScore(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	z := rand.NewZipf(r, 1.1, 1, 20_000)
+	asOf := t0.Add(10 * time.Minute)
+	to := asOf.UnixMilli()
+	for trial := range 6 {
+		all := newScoreFn(DefaultConfig())
+		all.Trend.Counts, all.Trend.MinTrack = schemas.CountsUsers, 1
+		two := newScoreFn(DefaultConfig())
+		two.Trend.Counts = schemas.CountsUsers
+		panes := map[int64][]byte{}
+		fresh, freshAll := map[int64]*users.Tally{}, map[int64]*users.Tally{}
+		pairs, items := map[[2]string]bool{}, map[string]bool{}
+		for p := to - window5m; p < to; p += all.PaneMs {
+			tl := users.NewTally()
+			for range 500 + trial*700 {
+				it, u := "#i"+strconv.FormatUint(z.Uint64(), 10), "u"+strconv.Itoa(r.IntN(3000))
+				addEvent(tl, it, u)
+				pairs[[2]string{it, u}], items[it] = true, true
+			}
+			b, err := tl.MarshalBinary()
+			if err != nil {
+				t.Fatal(err)
+			}
+			panes[p] = b
+			if p == to-all.PaneMs && trial%2 == 1 {
+				// The pane just united, decoded, as unitePieces returns
+				// it: one each, as usersInput uses it up.
+				for _, m := range []map[int64]*users.Tally{fresh, freshAll} {
+					if m[p], err = users.UnmarshalTally(b); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		}
+		inAll := all.usersInput(context.Background(), asOf, panes, freshAll)
+		inTwo := two.usersInput(context.Background(), asOf, panes, fresh)
+		split := func(in trend.Input) (map[string]uint64, uint64) {
+			m, below := map[string]uint64{}, uint64(0)
+			for _, c := range in.Items {
+				if c.Count >= 2 {
+					m[c.Item] = c.Count
+				} else {
+					below = max(below, c.Count)
+				}
+			}
+			return m, below
+		}
+		mAll, bAll := split(inAll)
+		mTwo, bTwo := split(inTwo)
+		if !maps.Equal(mAll, mTwo) || bAll != bTwo {
+			t.Fatalf("trial %d: min track 2 gives %d items, below %d; every item %d, %d", trial, len(mTwo), bTwo, len(mAll), bAll)
+		}
+		exact := uint64(len(pairs))
+		fits := len(items) <= all.Trend.MaxItems
+		if fits && inTwo.Total != inAll.Total || inTwo.Total < inAll.Total || inTwo.Total > max(exact, inAll.Total) {
+			t.Fatalf("trial %d (%d items): total %d with min track 2, %d with every item, %d pairs exactly", trial, len(items), inTwo.Total, inAll.Total, exact)
+		}
+		t.Logf("trial %d: %d items, totals %d (min track 2) and %d (every item), %d pairs exactly", trial, len(items), inTwo.Total, inAll.Total, exact)
+		if len(inAll.Items) <= len(inTwo.Items) {
+			t.Fatalf("trial %d: no item under 2 users (%d items)", trial, len(inAll.Items))
+		}
 	}
 }
