@@ -121,7 +121,7 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.Trend.Every, "trend_every", d.Trend.Every, "trending: score the 5m lists this often (a multiple of 10s, at most 5m)")
 	fs.DurationVar(&f.Trend.Trend.HalfLife, "trend_half_life", d.Trend.Trend.HalfLife, "trending: half-life of an item's decayed peak score")
 	fs.Uint64Var(&f.Trend.Trend.MinCount, "trend_min_count", d.Trend.Trend.MinCount, "trending: smallest 5-minute count that may score")
-	fs.Uint64Var(&f.Trend.Trend.MinTrack, "trend_min_track", d.Trend.Trend.MinTrack, "trending: smallest 5-minute count an item needs to be tracked (given history); less is treated as absent. 0 or 1: every item")
+	fs.Uint64Var(&f.Trend.Trend.MinTrack, "trend_min_track", d.Trend.Trend.MinTrack, "trending: smallest 5-minute count an item needs to be tracked (given history), at most --trend_min_count; less is treated as absent. 0 or 1: every item")
 	fs.Float64Var(&f.Trend.Trend.FloorPerHour, "trend_floor", d.Trend.Trend.FloorPerHour, "trending: smoothing floor, events an hour an item without history is assumed to have")
 	fs.Float64Var(&f.Trend.Trend.Enter, "trend_enter", d.Trend.Trend.Enter, "trending: score to enter the list")
 	fs.Float64Var(&f.Trend.Trend.Leave, "trend_leave", d.Trend.Trend.Leave, "trending: score below which a listed item leaves (hysteresis; <= --trend_enter)")

@@ -111,7 +111,7 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("thresholds enter %v / leave %v: want 0 < leave <= enter", c.Enter, c.Leave))
 	}
 	if c.MinCount > 0 && c.MinTrack > c.MinCount {
-		errs = append(errs, fmt.Errorf("min track %d over min count %d: items that may score would not be tracked", c.MinTrack, c.MinCount))
+		errs = append(errs, fmt.Errorf("min track %d over min count %d: items that may score would not be tracked (lower the min track too)", c.MinTrack, c.MinCount))
 	}
 	if c.Size < 1 || c.Size > 1000 {
 		errs = append(errs, fmt.Errorf("size %d outside [1, 1000]", c.Size))

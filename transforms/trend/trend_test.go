@@ -767,4 +767,16 @@ func TestMinTrackKeepsHistory(t *testing.T) {
 	if rank, tracked, _ := run(1); rank == 0 {
 		t.Errorf("min track 1: the evergreen item came back at rank %d (tracked %v); the test expects its history evicted and a false trend", rank, tracked)
 	}
+	// An item that may score is always tracked: MinTrack over MinCount is
+	// refused (0, no minimum count, allows any).
+	for _, c := range []struct {
+		minCount, minTrack uint64
+		ok                 bool
+	}{{20, 2, true}, {1, 2, false}, {2, 2, true}, {0, 5, true}, {3, 0, true}} {
+		cfg := DefaultConfig()
+		cfg.MinCount, cfg.MinTrack = c.minCount, c.minTrack
+		if err := cfg.Validate(); (err == nil) != c.ok {
+			t.Errorf("min count %d, min track %d: %v", c.minCount, c.minTrack, err)
+		}
+	}
 }
