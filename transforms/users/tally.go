@@ -663,12 +663,12 @@ func (t *Tally) UniteTopMin(pieces [][]byte, max int, min uint64) (errs []error,
 	return errs, left
 }
 
-// cut returns, for each of the pieces' items in hashes, whether
-// its total count (over hashes and the items of have) reaches the max-th
-// largest total (max <= 0: any) and min, and what min left out. Totals are added in an open-addressing table of hashes
-// (as preagg's topIndex): a Go map of tens of thousands of hashes was
-// half of UniteTop's time, and sorting them a quarter. The result is
-// sc's memory, valid until the next cut.
+// cut returns, for each of the pieces' items in hashes, whether its total
+// count (over hashes and the items of have) reaches the top-th largest
+// total (top <= 0: any) and min, and what min left out. Totals are added
+// in an open-addressing table of hashes (as preagg's topIndex): a Go map
+// of tens of thousands of hashes was half of UniteTop's time, and sorting
+// them a quarter. The result is sc's memory, valid until the next cut.
 func (sc *cutTable) cut(hashes []hashCount, have map[string]*TallyEntry, top int, min uint64) ([]bool, Left) {
 	bits := uint8(4)
 	for 1<<bits < 2*(len(hashes)+len(have)) {
