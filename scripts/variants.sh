@@ -3,7 +3,7 @@
 # the file TOPK_SERVICE_VARIANTS named during `go test`, and fail when any
 # was skipped or ran on an in-process stand-in (with --strict, as in CI).
 #
-#   TOPK_SERVICE_VARIANTS=/tmp/variants go test ./... ; scripts/variants.sh /tmp/variants
+#   TOPK_SERVICE_VARIANTS=/tmp/variants go test -p 4 ./... ; scripts/variants.sh /tmp/variants
 set -euo pipefail
 strict=false
 if [ "${1:-}" = "--strict" ]; then strict=true; shift; fi
