@@ -600,36 +600,29 @@ func TestUniteTopEqualsAbsorbTrim(t *testing.T) {
 	// pane counted under min removed (their pairs stay), then trimmed;
 	// Left is what was removed.
 	had := from().Items
-	for _, min := range []uint64{2, 3, 7} {
-		for _, max := range []int{10, 2000, 1 << 20} {
+	for _, least := range []uint64{2, 3, 7} {
+		for _, top := range []int{10, 2000, 1 << 20} {
 			want, got := from(), from()
 			for _, p := range pieces {
 				want.AbsorbBinary(p)
 			}
 			var wantLeft Left
 			for it, e := range want.Items {
-				if had[it] == nil && e.Count < min {
+				if had[it] == nil && e.Count < least {
 					delete(want.Items, it)
 					wantLeft.Items++
 					wantLeft.Sum += e.Count
-					wantLeft.Max = maxU(wantLeft.Max, e.Count)
+					wantLeft.Max = max(wantLeft.Max, e.Count)
 				}
 			}
-			want.Trim(max)
-			_, left := got.UniteTopMin(pieces, max, min)
-			identicalTally(t, fmt.Sprint("min ", min, " max ", max), got, want)
+			want.Trim(top)
+			_, left := got.UniteTopMin(pieces, top, least)
+			identicalTally(t, fmt.Sprint("min ", least, " max ", top), got, want)
 			if left != wantLeft || left.Items == 0 {
-				t.Errorf("min %d max %d: left %+v, want %+v (and some)", min, max, left, wantLeft)
+				t.Errorf("min %d max %d: left %+v, want %+v (and some)", least, top, left, wantLeft)
 			}
 		}
 	}
-}
-
-func maxU(a, b uint64) uint64 {
-	if a > b {
-		return a
-	}
-	return b
 }
 
 // identicalTally fails t unless got and want have the same pairs and
