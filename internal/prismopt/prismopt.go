@@ -22,11 +22,30 @@
 // themselves (their residuals come back with the bundle, not from a
 // split). Dataflow and Flink keep a key to one worker at a time whatever
 // they split, so they are left alone.
+//
+// Apply also gives an in-process Prism more Go processors than the
+// machine's cores (Procs). Prism's per-bundle progress loop
+// (internal.stage.Execute, Beam 2.77.0 and 2.78.0) keeps selecting on the
+// bundle's data channel after that channel has closed, so from the moment
+// the SDK has sent a bundle's last output until its response arrives the
+// loop spins: 55 million selects for about 2,100 bundles in the
+// 80-minute replay, 7.3 of its 69 CPU-s (BENCHMARKS.md, "A quiet
+// machine, and Prism's progress loop that spins"). While a spinning loop
+// holds one of a 2-core machine's two processors, the SDK harness and
+// gRPC goroutines that would end the wait queue behind it for a scheduler
+// time slice. With six processors more than GOMAXPROCS's default they get
+// one at once: 6 million selects in the same replay, and the CPU of a
+// patched runner without the spin (9% less than without the extra
+// processors, the same list files). The fix belongs in Beam (forget the data
+// channel once it has closed); this is what a pipeline can do from outside.
 package prismopt
 
 import (
+	"os"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/options/jobopts"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/runners"
@@ -39,11 +58,14 @@ const NoSplit = "prism_disable_sdf_split"
 // Prism: the runner flag unset (beamx and ptest default to Prism), "prism"
 // or "PrismRunner", or "universal" (a job server: Prism is the one this
 // repository documents; other job servers ignore an experiment they do
-// not know). Call it after flags are parsed and before the run; calling it
-// again changes nothing.
+// not know). For Prism in-process (not "universal": that runner is
+// another process) it also raises GOMAXPROCS to Procs. Call it after flags
+// are parsed and before the run; calling it again changes nothing.
 func Apply() {
 	switch *runners.Runner {
-	case "", "prism", "PrismRunner", "universal":
+	case "", "prism", "PrismRunner":
+		raiseProcs.Do(func() { runtime.GOMAXPROCS(Procs(runtime.GOMAXPROCS(0), os.Getenv("GOMAXPROCS"))) })
+	case "universal":
 	default:
 		return
 	}
@@ -53,3 +75,24 @@ func Apply() {
 	}
 	*jobopts.Experiments = strings.Join(append(exps, NoSplit), ",")
 }
+
+// ExtraProcs is how many Go processors Apply adds for an in-process Prism
+// above GOMAXPROCS's default (the cores, or the container's CPU limit).
+// Measured on 2 cores (the 80-minute replay): 2 more took Prism's
+// spinning selects from 55 to 11 million, 6 more to 6 million; the spins
+// are one per running bundle, so they follow the pipeline's stages, not
+// the cores, and the extra is a constant rather than a multiple.
+const ExtraProcs = 6
+
+// Procs is the GOMAXPROCS Apply sets for Prism in-process, given the
+// current one and the GOMAXPROCS environment variable: the user's choice
+// when the variable is set, else the current one plus ExtraProcs.
+func Procs(cur int, env string) int {
+	if env != "" {
+		return cur
+	}
+	return cur + ExtraProcs
+}
+
+// raiseProcs makes Apply raise GOMAXPROCS once a process.
+var raiseProcs sync.Once

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -129,6 +130,37 @@ func TestApplyOnlyOnPrism(t *testing.T) {
 		Apply()
 		if *jobopts.Experiments != c.want {
 			t.Errorf("runner %q experiments %q: got %q, want %q", c.runner, c.exps, *jobopts.Experiments, c.want)
+		}
+	}
+}
+
+// startProcs is GOMAXPROCS before any test ran Apply.
+var startProcs = runtime.GOMAXPROCS(0)
+
+// TestApplyRaisesProcsOnce: on Prism in-process Apply adds ExtraProcs to
+// GOMAXPROCS once, however often it runs, and leaves a GOMAXPROCS the
+// user set alone.
+func TestApplyRaisesProcsOnce(t *testing.T) {
+	oldR, oldE := *runners.Runner, *jobopts.Experiments
+	defer func() { *runners.Runner, *jobopts.Experiments = oldR, oldE }()
+	*runners.Runner = ""
+	Apply()
+	Apply()
+	env := os.Getenv("GOMAXPROCS")
+	want := startProcs + ExtraProcs
+	if env != "" {
+		want = startProcs
+	}
+	if got := runtime.GOMAXPROCS(0); got != want {
+		t.Errorf("GOMAXPROCS %d after Apply twice from %d (env %q), want %d", got, startProcs, env, want)
+	}
+	for _, c := range []struct {
+		cur  int
+		env  string
+		want int
+	}{{2, "", 2 + ExtraProcs}, {16, "", 16 + ExtraProcs}, {2, "2", 2}, {4, "3", 4}} {
+		if got := Procs(c.cur, c.env); got != c.want {
+			t.Errorf("Procs(%d, %q) = %d, want %d", c.cur, c.env, got, c.want)
 		}
 	}
 }
