@@ -767,8 +767,12 @@ func TestMinTrackKeepsHistory(t *testing.T) {
 	if rank, tracked, _ := run(1); rank == 0 {
 		t.Errorf("min track 1: the evergreen item came back at rank %d (tracked %v); the test expects its history evicted and a false trend", rank, tracked)
 	}
-	// An item that may score is always tracked: MinTrack over MinCount is
-	// refused (0, no minimum count, allows any).
+}
+
+// TestMinTrackUnderMinCount: an item that may score is always tracked, so
+// Validate refuses a MinTrack over MinCount (MinCount 0, no minimum
+// count, allows any).
+func TestMinTrackUnderMinCount(t *testing.T) {
 	for _, c := range []struct {
 		minCount, minTrack uint64
 		ok                 bool

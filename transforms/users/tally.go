@@ -730,21 +730,20 @@ func (sc *cutTable) cut(hashes []hashCount, have map[string]*TallyEntry, top int
 			}
 		}
 	}
-	if distinct-left.Items <= top || top <= 0 {
-		for i, j := range slots {
-			keep[i] = totals[j] >= min || min > 1 && mark[j] == inHave
+	// floor is the top-th largest total when more items than top are
+	// left to rank, else 0 (every item's total reaches it).
+	var floor uint64
+	if top > 0 && distinct-left.Items > top {
+		vals := slices.Grow(sc.vals[:0], distinct)
+		for j, k := range keys {
+			if k != 0 {
+				vals = append(vals, totals[j])
+			}
 		}
-		return keep, left
+		sc.vals = vals
+		topn.Select(vals, top, func(a, b uint64) int { return cmp.Compare(b, a) })
+		floor = slices.Min(vals[:top])
 	}
-	vals := slices.Grow(sc.vals[:0], distinct)
-	for j, k := range keys {
-		if k != 0 {
-			vals = append(vals, totals[j])
-		}
-	}
-	sc.vals = vals
-	topn.Select(vals, top, func(a, b uint64) int { return cmp.Compare(b, a) })
-	floor := slices.Min(vals[:top])
 	for i, j := range slots {
 		keep[i] = totals[j] >= floor && (totals[j] >= min || min > 1 && mark[j] == inHave)
 	}
