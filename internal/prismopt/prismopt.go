@@ -62,10 +62,10 @@ const NoSplit = "prism_disable_sdf_split"
 // another process) it also raises GOMAXPROCS to Procs. Call it after flags
 // are parsed and before the run; calling it again changes nothing.
 func Apply() {
-	switch *runners.Runner {
-	case "", "prism", "PrismRunner":
+	switch {
+	case InProcess():
 		raiseProcs.Do(func() { runtime.GOMAXPROCS(Procs(runtime.GOMAXPROCS(0), os.Getenv("GOMAXPROCS"))) })
-	case "universal":
+	case *runners.Runner == "universal":
 	default:
 		return
 	}
@@ -74,6 +74,19 @@ func Apply() {
 		return
 	}
 	*jobopts.Experiments = strings.Join(append(exps, NoSplit), ",")
+}
+
+// InProcess reports whether the pipeline is to run on Prism in this
+// process: Beam's --runner unset (beamx and ptest default to Prism),
+// "prism" or "PrismRunner". Beam state then lives in this process's
+// memory and dies with it, and Prism ends the job at a bundle's first
+// failure rather than retrying it.
+func InProcess() bool {
+	switch *runners.Runner {
+	case "", "prism", "PrismRunner":
+		return true
+	}
+	return false
 }
 
 // ExtraProcs is how many Go processors Apply adds for an in-process Prism

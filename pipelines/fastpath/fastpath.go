@@ -85,6 +85,8 @@ type Config struct {
 	Shards int
 	// Durable keeps the windows' panes in Beam state, so a partition's
 	// windows are rebuilt after a worker is lost (slide.BeamConfig.Durable).
+	// DefaultConfig sets it; the streaming command and the local run turn
+	// it off on Prism in their own process, whose state dies with it.
 	Durable bool
 	// LongIdle is how long after a list's last hour with data its open
 	// hours are still reported every minute (0: stitch's default, 26 h,

@@ -28,6 +28,7 @@ import (
 	"github.com/KimMachineGun/automemlimit/memlimit"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/runners"
 
+	"github.com/topk-dev/topk/internal/prismopt"
 	"github.com/topk-dev/topk/internal/recoverylog"
 	"github.com/topk-dev/topk/internal/redisx"
 	"github.com/topk-dev/topk/pipelines/fastpath"
@@ -59,7 +60,7 @@ type Flags struct {
 	Windows         string
 	MinCount        string
 	Shards          int
-	DurableWindows  bool
+	DurableWindows  OptBool
 	Redis           string
 	RedisPrefix     string
 	ListsOut        string
@@ -105,7 +106,7 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.Windows, "windows", "1m,5m,1h", "windows to publish")
 	fs.StringVar(&f.MinCount, "min_count", formatMinCount(d.MinCount), "per window, the smallest count a country or region list shows (WINDOW=N,...; global lists show every entry)")
 	fs.IntVar(&f.Shards, "shards", 4, "list merge groups per window (parallelism of the merge across partitions)")
-	fs.BoolVar(&f.DurableWindows, "durable_windows", d.Durable, "keep the sliding windows' panes in Beam state (so a lost worker's windows are rebuilt on Dataflow/Flink); false saves the writes where state does not outlive the process")
+	fs.Var(&f.DurableWindows, "durable_windows", "keep the sliding windows' panes in Beam state, so a lost worker's windows are rebuilt on Dataflow/Flink (default: true, except on Prism in this process, whose state dies with the process: there the panes only cost memory)")
 	fs.StringVar(&f.Redis, "redis", "", "Redis address (default $REDIS_ADDR; an embedded server when both are empty; none: no Redis, lists only to --lists_out)")
 	fs.StringVar(&f.RedisPrefix, "redis_prefix", "", "Redis key prefix (default topk)")
 	fs.StringVar(&f.ListsOut, "lists_out", "", "also write every list version to DIR/{type}/{scope}/{window}/{as_of ms}.json")
@@ -193,7 +194,12 @@ func (f *Flags) Config(redisAddr string) (fastpath.Config, error) {
 	if cfg.MinCount, err = parseMinCount(f.MinCount); err != nil {
 		return cfg, err
 	}
-	cfg.Shards, cfg.Durable = f.Shards, f.DurableWindows
+	cfg.Shards = f.Shards
+	// Panes in Beam state rebuild a lost worker's windows; on Prism in
+	// this process nothing outlives the process to rebuild from, and the
+	// panes held a sixth of the peak memory at 500k events/s (BENCHMARKS.md,
+	// "Prism's state without the panes").
+	cfg.Durable = f.DurableWindows.Or(!prismopt.InProcess())
 	cfg.Trending, cfg.Trend = f.Trending, f.Trend
 	cfg.Publish.RedisAddr, cfg.Publish.RedisPrefix, cfg.Publish.ListsOut = redisAddr, f.RedisPrefix, f.ListsOut
 	cfg.DeadLetterDir = f.DeadLetterDir
@@ -251,6 +257,39 @@ func main() {
 	flag.Usage = beamrun.Usage("streaming: the fast path, a streaming Beam job that turns beacons (Pub/Sub, an NDJSON file or a synthetic load) into 1m, 5m and 1h top-K lists in Redis.",
 		"streaming --source=SOURCE [flags]", own)
 	beamrun.Main("streaming", func(ctx context.Context) error { return run(ctx, &f) })
+}
+
+// OptBool is a boolean flag that knows whether it was given, for a default
+// that depends on other flags (--durable_windows on --runner).
+type OptBool struct{ val, given bool }
+
+// String implements flag.Value: "" when not given.
+func (b *OptBool) String() string {
+	if b == nil || !b.given {
+		return ""
+	}
+	return strconv.FormatBool(b.val)
+}
+
+// Set implements flag.Value.
+func (b *OptBool) Set(s string) error {
+	v, err := strconv.ParseBool(s)
+	if err != nil {
+		return err
+	}
+	b.val, b.given = v, true
+	return nil
+}
+
+// IsBoolFlag lets the flag be given without a value (--durable_windows).
+func (b *OptBool) IsBoolFlag() bool { return true }
+
+// Or is the flag's value when it was given, else dflt.
+func (b OptBool) Or(dflt bool) bool {
+	if b.given {
+		return b.val
+	}
+	return dflt
 }
 
 // NoRedis as --redis publishes to --lists_out only: a replay whose lists

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"flag"
+	"io"
 	"math"
 	"net"
 	"os"
@@ -12,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/runners"
 
 	"github.com/topk-dev/topk/pipelines/fastpath"
 	"github.com/topk-dev/topk/pipelines/internal/beamrun"
@@ -175,6 +178,40 @@ func TestRegionPartitionsFlag(t *testing.T) {
 	}
 	if _, err := parse("--country_partitions=-1"); err == nil || !strings.Contains(err.Error(), "country partitions") {
 		t.Errorf("--country_partitions=-1: %v; want a country partitions error", err)
+	}
+}
+
+// --durable_windows: by default on for Dataflow and a job server
+// (universal), whose state outlives a worker, and off on Prism in this
+// process, whose state dies with it; given, it wins either way.
+func TestDurableWindowsFlag(t *testing.T) {
+	old := *runners.Runner
+	defer func() { *runners.Runner = old }()
+	for _, c := range []struct {
+		runner string
+		args   []string
+		want   bool
+	}{
+		{"", nil, false},
+		{"prism", nil, false},
+		{"", []string{"--durable_windows"}, true},
+		{"", []string{"--durable_windows=true"}, true},
+		{"dataflow", nil, true},
+		{"universal", nil, true},
+		{"dataflow", []string{"--durable_windows=false"}, false},
+	} {
+		*runners.Runner = c.runner
+		cfg, err := parseFlags(t, c.args...)
+		if err != nil || cfg.Durable != c.want {
+			t.Errorf("runner %q, %v: durable %v (%v), want %v", c.runner, c.args, cfg.Durable, err, c.want)
+		}
+	}
+	var f Flags
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	f.Register(fs)
+	if err := fs.Parse([]string{"--durable_windows=maybe"}); err == nil {
+		t.Error("--durable_windows=maybe accepted")
 	}
 }
 

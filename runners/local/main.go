@@ -387,6 +387,10 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Stats, error) {
 	}
 	pcfg.Preagg.Partitions = cfg.Partitions
 	pcfg.Publish.RedisAddr = rconn.Addr
+	// Prism runs in this process: its Beam state dies with it, so panes
+	// kept there could never rebuild a window (the recovery log does);
+	// the streaming command's default on Prism too.
+	pcfg.Durable = false
 
 	lag, err := fastpath.ObserveLag(bg, lists)
 	if err != nil {
