@@ -71,7 +71,8 @@ func (u *Union) Answer(limit int) Answer {
 // keeping rank order. Parts of disjoint key sets share no item, yet the 4M
 // replay of issue 9 once had a hashtag in two parts of one 5m list (most
 // likely one partition's result delivered twice): UnionKeys kept one entry
-// per item, and so does this, the first in rank order (the larger bounds). A table of the entries' hashes, so the usual case costs one
+// per item, and so does this, the first in rank order (the larger
+// bounds). A table of the entries' hashes, so the usual case costs one
 // probe per entry.
 func (u *Union) dedupe(es []Entry) []Entry {
 	size := 16
