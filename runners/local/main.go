@@ -67,6 +67,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/topk-dev/topk/internal/prismopt"
 	"github.com/topk-dev/topk/internal/publishobs"
 	"github.com/topk-dev/topk/internal/pubsubx"
 	"github.com/topk-dev/topk/internal/recoverylog"
@@ -388,9 +389,9 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Stats, error) {
 	pcfg.Preagg.Partitions = cfg.Partitions
 	pcfg.Publish.RedisAddr = rconn.Addr
 	// Prism runs in this process: its Beam state dies with it, so panes
-	// kept there could never rebuild a window (the recovery log does);
-	// the streaming command's default on Prism too.
-	pcfg.Durable = false
+	// kept there could never rebuild a window (the recovery log does).
+	// The streaming command's rule, so the two cannot drift apart.
+	pcfg.Durable = !prismopt.InProcess()
 
 	lag, err := fastpath.ObserveLag(bg, lists)
 	if err != nil {
