@@ -11,6 +11,8 @@
 //	topk_stream_dead_letters_total{reason}              dead letters: reason "bad_beacon" (a beacon that does not decode; topk/bad_beacons) or "bad_event" (an event that fails validation; topk/bad_events)
 //	topk_stream_rules_dropped_total{reason}             events the countable-event rules drop: duplicate, blocked, bot, repeat, capped (topk/rules_dropped_*)
 //	topk_stream_preagg_bundles_total                    bundles the pre-aggregation ended, each in a flush of every list it touched: the source's calls (transforms/source, calls.go: about one per 10 s bucket and reader at low rates) (topk/preagg_flushes)
+//	topk_stream_preagg_summary_sets_total               summary sets the pre-aggregation sent to the bucket merge (one per partition, bucket and flush) (topk/preagg_sets)
+//	topk_stream_preagg_summary_bytes_total              their encoded bytes (topk/preagg_set_bytes): the fast path's shuffle volume, which the runner copies in and out of its group-by-key and the bucket merge decodes
 //	topk_stream_state_cache_misses_total{stage}         a stateful stage read a key's Beam state back because its in-memory copy was missing or stale (stage "windows": topk/slide_rebuilds; "trending": topk/trend_cache_misses): each key's first use in a process, then restarts, keys moved between workers, bundles the runner discarded
 //	topk_stream_trend_tallies_total                     distinct-users tallies the pre-aggregation sent to the trend scorer (topk/trend_tallies)
 //	topk_stream_trend_tally_bytes_total                 their encoded bytes (topk/trend_tally_bytes): trending's volume, which most of its cost follows
@@ -72,6 +74,12 @@ var (
 	preaggBundles = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "topk_stream_preagg_bundles_total", Help: "Bundles the pre-aggregation ended, each in a flush of every list it touched: the source's calls, about one per 10 s bucket and reader at low rates.",
 	})
+	preaggSets = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "topk_stream_preagg_summary_sets_total", Help: "Summary sets the pre-aggregation sent to the bucket merge: one per partition, bucket and flush.",
+	})
+	preaggSetBytes = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "topk_stream_preagg_summary_bytes_total", Help: "Encoded bytes of the summary sets the pre-aggregation sent to the bucket merge: the fast path's shuffle volume.",
+	})
 	stateCacheMisses = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "topk_stream_state_cache_misses_total", Help: "Times a stateful stage (windows, trending) read a key's Beam state back because its in-memory copy was missing or stale: first use in this process, a restart, a key moved between workers, a discarded bundle.",
 	}, []string{"stage"})
@@ -112,7 +120,7 @@ func Collector() prometheus.Collector { return collector{} }
 type collector struct{}
 
 func (collector) all() []prometheus.Collector {
-	return []prometheus.Collector{messages, events, late, deadLetters, rulesDropped, rulesUnverified, preaggBundles, stateCacheMisses, trendTallies, trendTallyBytes, publishFailures, recoveryLog, recoveryLogWrite}
+	return []prometheus.Collector{messages, events, late, deadLetters, rulesDropped, rulesUnverified, preaggBundles, preaggSets, preaggSetBytes, stateCacheMisses, trendTallies, trendTallyBytes, publishFailures, recoveryLog, recoveryLogWrite}
 }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
@@ -158,6 +166,13 @@ func RulesUnverified(unchecked, untracked, forgotten uint64) {
 func TrendTallies(n, bytes int64) {
 	trendTallies.Add(float64(n))
 	trendTallyBytes.Add(float64(bytes))
+}
+
+// PreaggSets adds n summary sets of the given total bytes sent to the
+// bucket merge.
+func PreaggSets(n, bytes int64) {
+	preaggSets.Add(float64(n))
+	preaggSetBytes.Add(float64(bytes))
 }
 
 // SourceMessages adds n messages read by source ("pubsub").

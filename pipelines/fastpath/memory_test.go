@@ -101,7 +101,7 @@ func TestMemoryFlatUnderDistinctFlood(t *testing.T) {
 // test makes the flood and repeat reach the first two (N = 512 in 4
 // partitions, as TestReplayDense; MaxDistinct 4,096: both have 20,000
 // distinct items per 10 s bucket), so equal peaks mean nothing else grows;
-// with the defaults (4,096 x 16, 2^18) they would stay below the bounds.
+// with the defaults (4,096 x 16, 2^20) they would stay below the bounds.
 // Trending off: its state is per warm item, bounded the same way, but its
 // scoring adds noise. Measured (2026-12-05, two runs): zipf 12.3, 13.8 MB,
 // flood 28.1, 29.4 MB, repeat 23.5, 24.3 MB.

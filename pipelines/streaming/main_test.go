@@ -19,6 +19,7 @@ import (
 	"github.com/topk-dev/topk/pipelines/fastpath"
 	"github.com/topk-dev/topk/pipelines/internal/beamrun"
 	"github.com/topk-dev/topk/schemas"
+	"github.com/topk-dev/topk/transforms/preagg"
 )
 
 // A --source file that does not exist is refused by Config, before any job
@@ -178,6 +179,22 @@ func TestRegionPartitionsFlag(t *testing.T) {
 	}
 	if _, err := parse("--country_partitions=-1"); err == nil || !strings.Contains(err.Error(), "country partitions") {
 		t.Errorf("--country_partitions=-1: %v; want a country partitions error", err)
+	}
+}
+
+// --max_distinct and --max_pairs reach the pre-aggregation, by default
+// its own bounds (2^20 keys, 2^22 pairs), and a negative value is refused
+// before anything runs.
+func TestEarlyFlushFlags(t *testing.T) {
+	parse := func(args ...string) (fastpath.Config, error) { return parseFlags(t, args...) }
+	if cfg, err := parse(); err != nil || cfg.Preagg.MaxDistinct != 1<<20 || cfg.Preagg.MaxPairs != preagg.DefaultMaxPairs {
+		t.Errorf("default: max distinct %d, max pairs %d (%v), want %d and %d", cfg.Preagg.MaxDistinct, cfg.Preagg.MaxPairs, err, 1<<20, preagg.DefaultMaxPairs)
+	}
+	if cfg, err := parse("--max_distinct=4096", "--max_pairs=8192"); err != nil || cfg.Preagg.MaxDistinct != 4096 || cfg.Preagg.MaxPairs != 8192 {
+		t.Errorf("--max_distinct=4096 --max_pairs=8192: %d, %d (%v)", cfg.Preagg.MaxDistinct, cfg.Preagg.MaxPairs, err)
+	}
+	if _, err := parse("--max_pairs=-1"); err == nil || !strings.Contains(err.Error(), "max pairs") {
+		t.Errorf("--max_pairs=-1: %v; want a max pairs error", err)
 	}
 }
 

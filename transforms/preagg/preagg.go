@@ -198,7 +198,15 @@ type Config struct {
 	// Otherwise at least Summary.N. See the package doc ("Cut once per
 	// bucket").
 	PartialN int
-	// MaxDistinct caps distinct (group, item) keys held per bundle.
+	// MaxDistinct caps distinct (group, item) keys held per bundle: at
+	// that many the bundle's counters flush early. The default, 2^20
+	// keys, holds at most about 60 MB of counters per pre-aggregation
+	// instance (a slot and the item's bytes per key). At 1M events/s
+	// with every scope a bundle holds far more distinct keys than that,
+	// and every early flush sends each key it holds through the shuffle
+	// once more: 2^20 against 2^18 cut the job's CPU by about 5% and its
+	// peak RSS by 0.4-1.4 GB (BENCHMARKS.md, "Fewer early flushes"). A
+	// replay's bundles seldom reach either.
 	MaxDistinct int
 	// Types, when non-empty, are the only item types accepted.
 	Types []string
@@ -232,9 +240,19 @@ type Config struct {
 	// none.
 	UsersTop int
 	// MaxPairs bounds the (item, user) pairs held per bundle for the
-	// tallies; the map flushes early when full. 0: 1<<20 (16 MiB).
+	// tallies; the tallies flush early when full. 0: DefaultMaxPairs.
 	MaxPairs int
 }
+
+// DefaultMaxPairs is MaxPairs' default: 2^22 pairs of 16 bytes, 64 MiB
+// per pre-aggregation instance (and up to twice that in slices kept for
+// reuse, see freePairSlice). With every scope an event is three pairs, so
+// at 1M events/s a bundle of about a second held more than 2^20 and sent
+// every list's tally twice or more: at 2^22 the tallies' bytes per event
+// fell from 16.8 to 13.2 and the job's CPU by 7% (BENCHMARKS.md, "Fewer
+// early flushes"). Below about 300k events/s a bundle's pairs stay under
+// either bound.
+const DefaultMaxPairs = 1 << 22
 
 // DefaultRules is rules.DefaultConfig with the stream state scaled down for
 // several pre-aggregation instances per worker: 2^15 event_ids per dedupe
@@ -255,7 +273,7 @@ func DefaultConfig() Config {
 		Bucket:           10 * time.Second,
 		AllowedLateness:  2 * time.Minute,
 		Summary:          summary.DefaultConfig(),
-		MaxDistinct:      1 << 18,
+		MaxDistinct:      1 << 20,
 		Scopes:           true,
 	}
 }
@@ -400,7 +418,7 @@ func newPreaggFn(cfg Config) (*preaggFn, error) {
 		BeaconsOnce:  cfg.BeaconsOnce,
 	}
 	if fn.MaxPairs == 0 {
-		fn.MaxPairs = 1 << 20
+		fn.MaxPairs = DefaultMaxPairs
 	}
 	if cfg.Rules != nil {
 		v, err := RulesVersion(cfg)
@@ -433,6 +451,10 @@ var (
 	badEvents     = beam.NewCounter("topk", "bad_events")
 	lateDropped   = beam.NewCounter("topk", "late_dropped")
 	flushes       = beam.NewCounter("topk", "preagg_flushes")
+	// setsCounter and setBytesCounter count the summary sets emitted and
+	// their bytes: the shuffle's volume into the bucket merge.
+	setsCounter     = beam.NewCounter("topk", "preagg_sets")
+	setBytesCounter = beam.NewCounter("topk", "preagg_set_bytes")
 	// talliesCounter and tallyBytesCounter count the users tallies
 	// emitted and their bytes: trending's volume, which most of its cost
 	// follows (transforms/trend/trendbeam).
@@ -531,6 +553,7 @@ type preaggFn struct {
 	// per-bundle metric deltas, added once in FinishBundle
 	nEvents, nBadB, nBadE, nLate int64
 	nTallies, nTallyBytes        int64
+	nSets, nSetBytes             int64
 }
 
 type groupKey struct {
@@ -937,6 +960,8 @@ func (fn *preaggFn) flush(emit, tallies func(beam.EventTime, string, []byte), wi
 			panic(err) // distinct lists, valid summaries: cannot fail
 		}
 		emit(beam.EventTime(k[0]), PartitionKey(int(k[1])), append([]byte(nil), fn.buf...))
+		fn.nSets++
+		fn.nSetBytes += int64(len(fn.buf))
 	}
 	clear(fn.parked) // not taken since the last flush: dropped
 	fn.parked, fn.parking = fn.parking, fn.parked
@@ -1135,6 +1160,12 @@ func (fn *preaggFn) FinishBundle(ctx context.Context, emit, tallies func(beam.Ev
 	lateDropped.Inc(ctx, fn.nLate)
 	stagemetrics.Preagg(fn.nEvents, fn.nBadB, fn.nBadE, fn.nLate)
 	fn.nEvents, fn.nBadB, fn.nBadE, fn.nLate = 0, 0, 0, 0
+	if fn.nSets > 0 {
+		setsCounter.Inc(ctx, fn.nSets)
+		setBytesCounter.Inc(ctx, fn.nSetBytes)
+		stagemetrics.PreaggSets(fn.nSets, fn.nSetBytes)
+		fn.nSets, fn.nSetBytes = 0, 0
+	}
 	if fn.nTallies > 0 {
 		talliesCounter.Inc(ctx, fn.nTallies)
 		tallyBytesCounter.Inc(ctx, fn.nTallyBytes)

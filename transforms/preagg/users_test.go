@@ -222,6 +222,12 @@ func TestTalliesAcrossSummaryFlushes(t *testing.T) {
 		return stagemetrics.Values(fams)
 	}
 	before := gather()
+	sets, setBytes := 0, 0
+	emit := func(et beam.EventTime, key string, set []byte) {
+		sets++
+		setBytes += len(set)
+		h.emit(et, key, set)
+	}
 	var events []schemas.Event
 	for i := range 300 {
 		at := t0.Add(time.Duration(i) * 10 * time.Millisecond) // one 10 s bucket
@@ -233,7 +239,7 @@ func TestTalliesAcrossSummaryFlushes(t *testing.T) {
 	}
 	for i := 0; i < len(events); i += 20 {
 		j := min(i+20, len(events))
-		sendBeacon(t, h.fn, events[j-1].TS, events[i:j], h.emit, tally)
+		sendBeacon(t, h.fn, events[j-1].TS, events[i:j], emit, tally)
 		for _, g := range h.fn.groups {
 			for p, m := range g.cands {
 				if len(m) > 4*cfg.UsersTop {
@@ -245,14 +251,24 @@ func TestTalliesAcrossSummaryFlushes(t *testing.T) {
 	if n != 0 {
 		t.Fatalf("%d tallies before the bundle ended, want 0 (pairs stay until the bundle's end)", n)
 	}
-	h.fn.FinishBundle(context.Background(), h.emit, tally, nopDead)
+	if got := gather()["topk_stream_preagg_summary_sets_total"] - before["topk_stream_preagg_summary_sets_total"]; got != 0 {
+		t.Fatalf("summary sets counted %v before the bundle ended, want 0 (added once per bundle)", got)
+	}
+	h.fn.FinishBundle(context.Background(), emit, tally, nopDead)
 	if n != 1 {
 		t.Fatalf("%d tallies for one list and bucket, want 1", n)
 	}
-	// The volume counters the scorer's cost follows: the tally and its
-	// bytes, added at the bundle's end.
+	if sets < 2 {
+		t.Fatalf("%d summary sets, want several (a flush every few beacons)", sets)
+	}
+	// The volume counters the scorer's cost follows (the tally and its
+	// bytes) and the shuffle's (every flush's summary sets and their
+	// bytes), added at the bundle's end.
 	after := gather()
-	for k, want := range map[string]float64{"topk_stream_trend_tallies_total": 1, "topk_stream_trend_tally_bytes_total": float64(bytes)} {
+	for k, want := range map[string]float64{
+		"topk_stream_trend_tallies_total": 1, "topk_stream_trend_tally_bytes_total": float64(bytes),
+		"topk_stream_preagg_summary_sets_total": float64(sets), "topk_stream_preagg_summary_bytes_total": float64(setBytes),
+	} {
 		if got := after[k] - before[k]; got != want {
 			t.Errorf("%s grew by %v, want %v", k, got, want)
 		}
