@@ -36,7 +36,10 @@
 // time slice. With six processors more than GOMAXPROCS's default they get
 // one at once: 6 million selects in the same replay, and the CPU of a
 // patched runner without the spin (9% less than without the extra
-// processors, the same list files). The fix belongs in Beam (forget the data
+// processors, the same list files, on a 2-core Intel Xeon; on a 2-core
+// AMD EPYC VM, whose context switches cost more, the replay's CPU was the
+// same with and without them: BENCHMARKS.md, "Fewer early flushes"). The
+// fix belongs in Beam (forget the data
 // channel once it has closed); this is what a pipeline can do from outside.
 package prismopt
 

@@ -13,7 +13,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -103,7 +102,7 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.IntVar(&f.SketchWidth, "sketch_width", d.Preagg.Summary.SketchWidth, "count-min sketch width (power of two; 0: no sketch)")
 	fs.IntVar(&f.SketchDepth, "sketch_depth", d.Preagg.Summary.SketchDepth, "count-min sketch depth")
 	fs.IntVar(&f.MaxDistinct, "max_distinct", d.Preagg.MaxDistinct, "distinct keys held per bundle before an early flush")
-	fs.IntVar(&f.MaxPairs, "max_pairs", cmp.Or(d.Preagg.MaxPairs, preagg.DefaultMaxPairs), "(item, user) pairs held per bundle for trending's users tallies before an early flush of the tallies (16 bytes each)")
+	fs.IntVar(&f.MaxPairs, "max_pairs", d.Preagg.MaxPairs, "(item, user) pairs held per bundle for trending's users tallies before an early flush of the tallies (16 bytes each)")
 	fs.StringVar(&f.Types, "types", "", "comma-separated item types to accept (empty: any well-formed type)")
 	fs.BoolVar(&f.Scopes, "scopes", d.Preagg.Scopes, "count every event in its country and region lists too, besides global (false: global lists only)")
 	fs.StringVar(&f.Windows, "windows", "1m,5m,1h", "windows to publish")

@@ -274,6 +274,7 @@ func DefaultConfig() Config {
 		AllowedLateness:  2 * time.Minute,
 		Summary:          summary.DefaultConfig(),
 		MaxDistinct:      1 << 20,
+		MaxPairs:         DefaultMaxPairs,
 		Scopes:           true,
 	}
 }
