@@ -527,13 +527,13 @@ type preaggFn struct {
 	// scans and clears every slot (Counter.Summary, Reset).
 	parked, parking map[partKey][]*summary.Counter
 	distinct        int
-	adds            []pendingAdd          // counts not yet made (applyAdds)
-	sink            uint64                // applyAdds' peeks
-	pairs           int                   // (item, user) pairs held for the tallies
-	tops            topIndex              // addTally's scratch: a top item's hash to its index
-	sketches        []users.Sketch        // addTally's scratch: the top items' users
-	tw              *users.TallyWriter    // flush's scratch: the group's tally
-	last            [3][lastGroups]*group // the groups last used at each scope position, newest first (see group)
+	adds            []pendingAdd         // counts not yet made (applyAdds)
+	sink            uint64               // applyAdds' peeks
+	pairs           int                  // (item, user) pairs held for the tallies
+	tops            topIndex             // addTally's scratch: a top item's hash to its index
+	sketches        []users.Sketch       // addTally's scratch: the top items' users
+	tw              *users.TallyWriter   // flush's scratch: the group's tally
+	recent          [recentGroups]*group // the groups used since the last flush, by groupSlot (see group)
 	scopes          []string
 	buf             []byte
 
@@ -577,8 +577,9 @@ type group struct {
 	cands []map[uint64]summary.Counted
 }
 
-// lastGroups is how many groups group remembers per scope position.
-const lastGroups = 4
+// recentGroups is the size of group's cache (8 KiB): more than the
+// groups of a bucket at the default workload (3 types x 101 scopes).
+const recentGroups = 1024
 
 // anonymous tells an event without an account (its user hash is its
 // event_id's) from an account of the same name.
@@ -673,8 +674,8 @@ func (fn *preaggFn) ProcessElement(ctx context.Context, et beam.EventTime, beaco
 			scopes = append(scopes, schemas.ScopeGlobal)
 		}
 		fn.scopes = scopes
-		for i, sc := range scopes {
-			g := fn.group(i, e.Type, sc, bucket)
+		for _, sc := range scopes {
+			g := fn.group(e.Type, sc, bucket)
 			p := pAll
 			if g.np != fn.Partitions {
 				p = (g.off + summary.Partition(h, g.np)) % fn.Partitions
@@ -785,22 +786,19 @@ func (fn *preaggFn) applyAdds() {
 	fn.adds = fn.adds[:0]
 }
 
-// group returns the group for (typ, scope, bucket), creating it; i is the
-// scope's position among the event's scopes (global, country, region).
-// The strings may point into the beacon: they are cloned before being
-// kept as a map key. The last few groups of each position are
-// remembered (one per type, as long as there are at most lastGroups
-// types): with every scope, group was 4.1 of 122 CPU-s at 200k events/s
-// (1.4 of it hashing the key; BENCHMARKS.md, "Region lists in 4
-// partitions") when one remembered group served the three positions in
-// turn and the types alternated.
-func (fn *preaggFn) group(i int, typ, scope string, bucket int64) *group {
-	i = min(i, len(fn.last)-1)
-	last := &fn.last[i]
-	for _, g := range last {
-		if g != nil && g.key.bucket == bucket && g.key.scope == scope && g.key.typ == typ {
-			return g
-		}
+// group returns the group for (typ, scope, bucket), creating it. The
+// strings may point into the beacon: they are cloned before being kept as
+// a map key. Groups are found first in a direct-mapped cache by a cheap
+// hash of the key's first bytes (groupSlot), then in the map: with every
+// scope, an event's country and region groups change from event to
+// event, and a cache of the last four groups of each scope position
+// missed for most of them, so that group was 4.7% of a 1M events/s
+// profile, nearly all of it the map's hashing of two strings
+// (BENCHMARKS.md, "Groups found by a cheap hash").
+func (fn *preaggFn) group(typ, scope string, bucket int64) *group {
+	slot := &fn.recent[groupSlot(typ, scope, bucket)]
+	if g := *slot; g != nil && g.key.bucket == bucket && g.key.scope == scope && g.key.typ == typ {
+		return g
 	}
 	k := groupKey{typ: typ, scope: scope, bucket: bucket}
 	g, ok := fn.groups[k]
@@ -814,9 +812,30 @@ func (fn *preaggFn) group(i int, typ, scope string, bucket int64) *group {
 		g.usersTop = fn.UsersTop * fn.Partitions / g.np
 		fn.groups[k] = g
 	}
-	copy(last[1:], last[:len(last)-1])
-	last[0] = g
+	*slot = g
 	return g
+}
+
+// groupSlot is (typ, scope, bucket)'s slot in group's cache: a multiply
+// of the first eight bytes of scope (a region code, a country, "global"),
+// its length, typ's first two bytes and length, and the bucket. Keys it
+// confuses only share a slot; group compares the whole key.
+func groupSlot(typ, scope string, bucket int64) int {
+	var v uint64
+	for i := range min(len(scope), 8) {
+		v |= uint64(scope[i]) << (8 * i)
+	}
+	t := uint64(len(typ)) | uint64(len(scope))<<8
+	if len(typ) > 0 {
+		t |= uint64(typ[0]) << 16
+	}
+	if len(typ) > 1 {
+		t |= uint64(typ[1]) << 24
+	}
+	m := (v ^ t<<32 ^ t) * 0x9e3779b97f4a7c15
+	m ^= uint64(bucket) * 0xc2b2ae3d27d4eb4f
+	m *= 0x9e3779b97f4a7c15
+	return int(m >> (64 - 10)) // log2(recentGroups)
 }
 
 // scopeParts is how many of the P partitions scope's lists use
@@ -966,7 +985,7 @@ func (fn *preaggFn) flush(emit, tallies func(beam.EventTime, string, []byte), wi
 	}
 	clear(fn.parked) // not taken since the last flush: dropped
 	fn.parked, fn.parking = fn.parking, fn.parked
-	fn.last = [3][lastGroups]*group{}
+	clear(fn.recent[:])
 	fn.distinct = 0
 	if withTallies {
 		fn.pairs = 0

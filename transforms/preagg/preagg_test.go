@@ -451,14 +451,7 @@ func TestRegionPartitions(t *testing.T) {
 	must(t, err)
 	must(t, h.fn.ProcessElement(context.Background(), mtime.FromTime(t0.Add(time.Minute)), b, emit, tally, nopDead))
 	h.fn.FinishBundle(context.Background(), emit, tally, nopDead)
-	for k, n := range want {
-		if h.counts[k] != n {
-			t.Errorf("%s counted %d, want %d", k, h.counts[k], n)
-		}
-	}
-	if len(h.counts) != len(want) {
-		t.Errorf("%d items counted, want %d", len(h.counts), len(want))
-	}
+	h.checkCounts(t, want)
 	starts := map[int]bool{}
 	for l, ps := range parts {
 		typ, scope, _ := strings.Cut(l, "/")

@@ -84,14 +84,7 @@ func TestDistinctBoundBatched(t *testing.T) {
 		}
 	}
 	h.finish()
-	if len(h.counts) != len(want) {
-		t.Errorf("%d (list, item) counts, want %d", len(h.counts), len(want))
-	}
-	for k, n := range want {
-		if h.counts[k] != n {
-			t.Errorf("%s: counted %d, want %d", k, h.counts[k], n)
-		}
-	}
+	h.checkCounts(t, want)
 }
 
 // Property: a counter keeps the size its list needs, flush after flush.
@@ -143,5 +136,63 @@ func TestCountersKeepTheirSize(t *testing.T) {
 	}
 	if last > 1.5*first {
 		t.Errorf("counters hold %.1f slots a key after 8 flushes, %.1f after the first", last, first)
+	}
+}
+
+// Property: groups whose keys share a slot of group's cache (groupSlot)
+// are still counted apart. Region codes are tried until four share a
+// slot with a first one in t0's bucket, as many scopes per slot as the
+// cache ever meets, and more; events alternating between them, most in
+// that bucket and type, some in another type or the next bucket, are
+// counted exactly per (type, scope, item).
+func TestGroupCacheCollisions(t *testing.T) {
+	bucketMs := DefaultConfig().Bucket.Milliseconds()
+	b0 := t0.UnixMilli() - t0.UnixMilli()%bucketMs
+	slot := groupSlot("video", "US-CA", b0)
+	regions := []string{"US-CA"}
+	for i := 0; len(regions) < 5; i++ {
+		r := fmt.Sprintf("US-%c%c%c", 'A'+i/676, 'A'+i/26%26, 'A'+i%26)
+		if groupSlot("video", r, b0) == slot {
+			regions = append(regions, r)
+		}
+		if i == 26*26*26-1 {
+			t.Fatalf("found %d regions in slot %d, want 5", len(regions), slot)
+		}
+	}
+	h := newHarness(t, DefaultConfig())
+	want := map[string]uint64{}
+	var evs []schemas.Event
+	for k := range 4000 {
+		at := t0.Add(time.Duration(k) * time.Millisecond) // 4 s: one bucket
+		if k%7 == 0 {
+			at = at.Add(time.Duration(bucketMs) * time.Millisecond)
+		}
+		e := ev(fmt.Sprintf("e%d", k), fmt.Sprintf("v_%d", k%11), fmt.Sprintf("u_%d", k), at)
+		e.Region = regions[k%len(regions)]
+		e.Country = e.Region[:2]
+		if k%5 == 3 {
+			e.Type = "search"
+		}
+		evs = append(evs, e)
+		for _, sc := range []string{"global", e.Country, e.Region} {
+			want[e.Type+"/"+sc+"/"+e.Item]++
+		}
+	}
+	h.send(t, t0.Add(time.Minute), evs...)
+	h.finish()
+	h.checkCounts(t, want)
+}
+
+// checkCounts fails t unless the harness counted exactly want, by
+// "type/scope/item".
+func (h *harness) checkCounts(t *testing.T, want map[string]uint64) {
+	t.Helper()
+	if len(h.counts) != len(want) {
+		t.Errorf("%d (list, item) counts, want %d", len(h.counts), len(want))
+	}
+	for k, n := range want {
+		if h.counts[k] != n {
+			t.Errorf("%s: counted %d, want %d", k, h.counts[k], n)
+		}
 	}
 }
