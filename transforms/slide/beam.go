@@ -297,15 +297,17 @@ func (fn *windowsFn) writePane(sp state.Provider, e *entry, li int, start int64)
 	// closed minute, a bucket a minute old) is written as it is held.
 	var w summary.SetWriter
 	var err error
-	e.st.Panes(li, func(list string, s int64, sm *summary.Summary, packed []byte) {
+	if perr := e.st.PanesAt(li, start, func(list string, sm *summary.Summary, packed []byte) {
 		switch {
-		case s != start || err != nil:
+		case err != nil:
 		case sm != nil:
 			err = w.Add(list, sm)
 		default:
 			err = w.AddEncoded(list, packed)
 		}
-	})
+	}); perr != nil {
+		return perr
+	}
 	if err != nil {
 		return err
 	}
@@ -464,7 +466,7 @@ func (fn *windowsFn) OnTimer(ctx context.Context, ts beam.EventTime, sp state.Pr
 	if fn.Durable {
 		live := map[int64]bool{}
 		for li := range st.Levels() {
-			st.Panes(li, func(_ string, s int64, _ *summary.Summary, _ []byte) { live[s<<4|int64(li)] = true })
+			st.PaneStarts(li, func(s int64) { live[s<<4|int64(li)] = true })
 		}
 		for k := range e.keys {
 			if !live[k] {

@@ -34,8 +34,10 @@
 // (encoded, about a third of its decoded size, see pane): the closed
 // minutes and the buckets a minute old (State.packIdle; the State and its
 // aggregators share them), and the front aggregates kept for a later
-// block. The minutes and the aggregates may keep fewer entries than the
-// buckets (Config.UpperN, Config.AggN): an aggregate merges many panes, so
+// block; the minutes and the 1h window's aggregates, held for an hour
+// and read about once in it, compressed as well (zstd: about half). The
+// minutes and the aggregates may keep fewer entries than the buckets
+// (Config.UpperN, Config.AggN): an aggregate merges many panes, so
 // a list of a few hundred items per bucket holds aggregates as big as a
 // full list's, and they, not the panes, were most of the heap. Cost per
 // slide follows the lists that have data: a list with ten items in its
@@ -189,8 +191,9 @@ type State struct {
 	ShareResults bool
 	cut          summary.Summary
 	// noPack keeps every pane and aggregate decoded (tests compare it
-	// with the packed state).
-	noPack bool
+	// with the packed state); noZip packs without compressing (tests
+	// measure what the compression saves).
+	noPack, noZip bool
 }
 
 type list struct {
@@ -251,6 +254,7 @@ func (st *State) list(key string) *list {
 			l.pushed[i] = never
 			l.aggs[i].N = st.aggN(i)
 			l.aggs[i].Pack = !st.noPack
+			l.aggs[i].Zip = !st.noPack && !st.noZip && st.cfg.Windows[i].Period > st.cfg.Bucket
 		}
 		st.lists[strings.Clone(key)] = l
 	}
@@ -350,9 +354,11 @@ func (st *State) packIdle(l *list, end int64) error {
 			}
 			if p.packed == nil {
 				var err error
-				if p.packed, err = pack(p.sm); err != nil {
+				zip := li > 0 && !st.noZip
+				if p.packed, err = pack(p.sm, zip); err != nil {
 					return err
 				}
+				p.zipped = zip
 			}
 			p.sm = nil
 		}
@@ -592,10 +598,34 @@ func (st *State) Next(end int64) (int64, bool) {
 }
 
 // Panes calls f with every pane of every list at level li (0: buckets), in
-// list and start order: what the Beam wrapper writes to durable state. A
-// packed pane (see pane) comes as its encoding, sm nil; any other as sm,
-// packed nil.
-func (st *State) Panes(li int, f func(list string, start int64, sm *summary.Summary, packed []byte)) {
+// list and start order: a restore's whole state. A packed pane (see pane)
+// comes as its encoding (decompressed when zipped), sm nil; any other as
+// sm, packed nil.
+func (st *State) Panes(li int, f func(list string, start int64, sm *summary.Summary, packed []byte)) error {
+	return st.panes(li, func(int64) bool { return true }, f)
+}
+
+// PanesAt is Panes for the panes that start at start only: what the Beam
+// wrapper writes to durable state when a pane closes. Only those are
+// decompressed.
+func (st *State) PanesAt(li int, start int64, f func(list string, sm *summary.Summary, packed []byte)) error {
+	return st.panes(li, func(s int64) bool { return s == start }, func(list string, _ int64, sm *summary.Summary, packed []byte) {
+		f(list, sm, packed)
+	})
+}
+
+// PaneStarts calls f with the start of every pane of every list at level
+// li (once a list: the same start comes once for each list that has it),
+// decoding nothing.
+func (st *State) PaneStarts(li int, f func(start int64)) {
+	for _, l := range st.lists {
+		for _, p := range l.panes[li] {
+			f(p.start)
+		}
+	}
+}
+
+func (st *State) panes(li int, want func(start int64) bool, f func(list string, start int64, sm *summary.Summary, packed []byte)) error {
 	keys := make([]string, 0, len(st.lists))
 	for k := range st.lists {
 		keys = append(keys, k)
@@ -603,13 +633,20 @@ func (st *State) Panes(li int, f func(list string, start int64, sm *summary.Summ
 	slices.Sort(keys)
 	for _, k := range keys {
 		for _, p := range st.lists[k].panes[li] {
-			if p.sm == nil {
-				f(k, p.start, nil, p.packed)
-			} else {
+			switch {
+			case !want(p.start):
+			case p.sm == nil:
+				b, err := p.encoded()
+				if err != nil {
+					return fmt.Errorf("slide: pane %s at %d: %w", k, p.start, err)
+				}
+				f(k, p.start, nil, b)
+			default:
 				f(k, p.start, p.sm, nil)
 			}
 		}
 	}
+	return nil
 }
 
 // Levels are the pane sizes (ms), level 0 first.

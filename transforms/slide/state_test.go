@@ -443,7 +443,7 @@ func TestStatePacked(t *testing.T) {
 					sts = newStates()
 					for i, st := range old {
 						for li := range st.Levels() {
-							st.Panes(li, func(l string, s int64, sm *summary.Summary, packed []byte) {
+							err := st.Panes(li, func(l string, s int64, sm *summary.Summary, packed []byte) {
 								if packed != nil {
 									packedPanes++
 									var err error
@@ -455,6 +455,9 @@ func TestStatePacked(t *testing.T) {
 									t.Fatal(err)
 								}
 							})
+							if err != nil {
+								t.Fatal(err)
+							}
 						}
 					}
 				}

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"sync"
 
+	"github.com/klauspost/compress/zstd"
+
 	"github.com/topk-dev/topk/transforms/summary"
 )
 
@@ -23,27 +25,47 @@ import (
 // aggregates (each read when its block reaches the top): most of a busy
 // list's window memory, idle between those reads (BENCHMARKS.md, "Idle
 // panes and aggregates packed").
+//
+// The panes of the levels above the buckets (the minutes) and the 1h
+// window's packed aggregates over them are also compressed (zstd's
+// fastest level, zipped): a minute is held for an hour and read about
+// once in it, and with its Drops it compresses to about half
+// (BENCHMARKS.md, "Minutes compressed").
 type pane struct {
 	start int64            // Unix ms
 	sm    *summary.Summary // nil when only packed holds it
-	// packed is sm encoded (summary.AppendBinary), exactly sized; never
-	// written after it is made, as the summaries decoded from it share
-	// its bytes (summary.UnmarshalAliased).
+	// packed is sm encoded (summary.AppendBinary), exactly sized, and
+	// compressed when zipped; never written after it is made, as the
+	// summaries decoded from it share its bytes (summary.UnmarshalAliased).
 	packed []byte
+	zipped bool
 }
 
 // get returns the pane's summary: sm, or packed decoded into a new summary
-// (its items share packed's bytes, so it holds little more than its
-// entries).
+// (its items share packed's bytes, or those it was decompressed into, so
+// it holds little more than its entries).
 func (p *pane) get() (*summary.Summary, error) {
 	if p.sm != nil {
 		return p.sm, nil
 	}
-	return summary.UnmarshalAliased(p.packed)
+	b, err := p.encoded()
+	if err != nil {
+		return nil, err
+	}
+	return summary.UnmarshalAliased(b)
 }
 
-// pack encodes sm into an exactly sized buffer.
-func pack(sm *summary.Summary) ([]byte, error) {
+// encoded is a packed pane's summary encoding (summary.AppendBinary),
+// decompressed when zipped.
+func (p *pane) encoded() ([]byte, error) {
+	if !p.zipped {
+		return p.packed, nil
+	}
+	return zipDecoder().DecodeAll(p.packed, nil)
+}
+
+// pack encodes sm into an exactly sized buffer, compressed when zip is set.
+func pack(sm *summary.Summary, zip bool) ([]byte, error) {
 	bp := packScratch.Get().(*[]byte)
 	defer packScratch.Put(bp)
 	b, err := sm.AppendBinary((*bp)[:0])
@@ -51,8 +73,37 @@ func pack(sm *summary.Summary) ([]byte, error) {
 		return nil, err
 	}
 	*bp = b
+	if zip {
+		zp := zipScratch.Get().(*[]byte)
+		defer zipScratch.Put(zp)
+		*zp = zipEncoder().EncodeAll(b, (*zp)[:0])
+		return bytes.Clone(*zp), nil
+	}
 	return bytes.Clone(b), nil
 }
+
+// The compressor of zipped panes: zstd (klauspost/compress, a well-kept
+// pure-Go implementation) at its fastest level, without checksums (the
+// bytes never leave the process), windows no larger than a pane needs.
+// Both are safe for concurrent use (EncodeAll, DecodeAll), and made when
+// first needed: a process that zips nothing pays nothing for them.
+var (
+	zipEncoder = sync.OnceValue(func() *zstd.Encoder {
+		e, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderCRC(false), zstd.WithWindowSize(1<<20), zstd.WithLowerEncoderMem(true))
+		if err != nil {
+			panic(err) // constant options
+		}
+		return e
+	})
+	zipDecoder = sync.OnceValue(func() *zstd.Decoder {
+		d, err := zstd.NewReader(nil, zstd.IgnoreChecksum(true))
+		if err != nil {
+			panic(err) // constant options
+		}
+		return d
+	})
+	zipScratch = sync.Pool{New: func() any { return new([]byte) }}
+)
 
 // packScratch holds pack's encoding buffers (one summary's size each).
 var packScratch = sync.Pool{New: func() any { return new([]byte) }}
@@ -100,7 +151,10 @@ type TwoStacks struct {
 	// Pack holds the aggregates the front keeps for a later block packed
 	// (see pane) when it keeps one a block (more than smallFront panes):
 	// all but the top's, which the next query reads.
-	Pack    bool
+	Pack bool
+	// Zip compresses what Pack packs (see pane): set for the windows over
+	// the minutes, whose blocks wait long between reads.
+	Zip     bool
 	front   []node  // front[len-1] is the oldest
 	back    []*pane // oldest first
 	backAgg *summary.Summary
@@ -291,13 +345,14 @@ func (t *TwoStacks) flip() error {
 			// Read when its block reaches the top (top): packed until then.
 			// The bottom's aggregate is its pane's own summary: its
 			// packing, when it has one, serves.
-			b := p.packed
+			b, zipped := p.packed, p.zipped
 			if agg != sm || b == nil {
-				if b, err = pack(agg); err != nil {
+				if b, err = pack(agg, t.Zip); err != nil {
 					return err
 				}
+				zipped = t.Zip
 			}
-			t.front = append(t.front, node{pane: &pane{start: p.start, packed: b}, agg: true})
+			t.front = append(t.front, node{pane: &pane{start: p.start, packed: b, zipped: zipped}, agg: true})
 		case keep:
 			t.front = append(t.front, node{pane: &pane{start: p.start, sm: agg}, agg: true})
 		default:
@@ -380,6 +435,6 @@ func (t *TwoStacks) mergeN(a, b *summary.Summary) int {
 	return a.N
 }
 
-// Reset empties the aggregator (its N and Pack stay: a rebuilt window
+// Reset empties the aggregator (its N, Pack and Zip stay: a rebuilt window
 // packs its front's block aggregates as before).
-func (t *TwoStacks) Reset() { *t = TwoStacks{N: t.N, Pack: t.Pack, merges: t.merges} }
+func (t *TwoStacks) Reset() { *t = TwoStacks{N: t.N, Pack: t.Pack, Zip: t.Zip, merges: t.merges} }
