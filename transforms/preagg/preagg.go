@@ -579,7 +579,10 @@ type group struct {
 
 // recentGroups is the size of group's cache (8 KiB): more than the
 // groups of a bucket at the default workload (3 types x 101 scopes).
-const recentGroups = 1024
+const (
+	recentBits   = 10
+	recentGroups = 1 << recentBits
+)
 
 // anonymous tells an event without an account (its user hash is its
 // event_id's) from an account of the same name.
@@ -794,7 +797,8 @@ func (fn *preaggFn) applyAdds() {
 // event, and a cache of the last four groups of each scope position
 // missed for most of them, so that group was 4.7% of a 1M events/s
 // profile, nearly all of it the map's hashing of two strings
-// (BENCHMARKS.md, "Groups found by a cheap hash").
+// (BENCHMARKS.md, "Where 1M events/s goes now, and groups found by a
+// cheap hash").
 func (fn *preaggFn) group(typ, scope string, bucket int64) *group {
 	slot := &fn.recent[groupSlot(typ, scope, bucket)]
 	if g := *slot; g != nil && g.key.bucket == bucket && g.key.scope == scope && g.key.typ == typ {
@@ -835,7 +839,7 @@ func groupSlot(typ, scope string, bucket int64) int {
 	m := (v ^ t<<32 ^ t) * 0x9e3779b97f4a7c15
 	m ^= uint64(bucket) * 0xc2b2ae3d27d4eb4f
 	m *= 0x9e3779b97f4a7c15
-	return int(m >> (64 - 10)) // log2(recentGroups)
+	return int(m >> (64 - recentBits))
 }
 
 // scopeParts is how many of the P partitions scope's lists use

@@ -293,8 +293,9 @@ func (fn *windowsFn) writePane(sp state.Provider, e *entry, li int, start int64)
 	if !fn.Durable {
 		return nil
 	}
-	// Panes comes in list order, as the set wants; a packed pane (a
-	// closed minute, a bucket a minute old) is written as it is held.
+	// PanesAt comes in list order, as the set wants; a packed pane (a
+	// closed minute, a bucket a minute old) is written in its encoding,
+	// decompressed when it is held compressed (a minute).
 	var w summary.SetWriter
 	var err error
 	if perr := e.st.PanesAt(li, start, func(list string, sm *summary.Summary, packed []byte) {
