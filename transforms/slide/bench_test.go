@@ -21,7 +21,7 @@ func BenchmarkStateTwoHours(b *testing.B) {
 	buckets := make([]*summary.Summary, hours*360)
 	c := summary.NewCounter(0)
 	for k := range buckets {
-		buckets[k] = fullBucket(c, cfg, int64(k))
+		buckets[k] = fullBucket(c, cfg, 1, int64(k))
 	}
 	b.ReportAllocs()
 	b.ResetTimer()

@@ -304,3 +304,26 @@ func BenchmarkUnmarshal(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkDropsEncoding: a busy bucket's sketch of dropped counts
+// (busyBucketDrops: the planes form) encoded and decoded alone.
+func BenchmarkDropsEncoding(b *testing.B) {
+	d := busyBucketDrops()
+	enc := d.appendBinary(nil)
+	b.Run("encode", func(b *testing.B) {
+		buf := make([]byte, 0, 70<<10)
+		for b.Loop() {
+			buf = d.appendBinary(buf[:0])
+		}
+		b.ReportMetric(float64(len(buf)), "bytes")
+	})
+	b.Run("decode", func(b *testing.B) {
+		out := NewDrops()
+		for b.Loop() {
+			dec := decoder{data: enc}
+			if dec.readDrops(out); dec.err != nil {
+				b.Fatal(dec.err)
+			}
+		}
+	})
+}

@@ -199,7 +199,10 @@ func TestDropsEncoding(t *testing.T) {
 	for i := range dense.Dropped.Cells {
 		dense.Dropped.Cells[i] = 0x123456789abcdef1 // every cell set: the raw form
 	}
-	for name, sm := range map[string]*Summary{"sparse": bs[0], "dense": dense} {
+	planes := bs[0].WithN(4096)
+	planes.Dropped = busyBucketDrops()
+	kinds := map[string]byte{"sparse": 2, "dense": 1, "planes": 3}
+	for name, sm := range map[string]*Summary{"sparse": bs[0], "dense": dense, "planes": planes} {
 		b, err := sm.MarshalBinary()
 		if err != nil {
 			t.Fatal(err)
@@ -214,13 +217,20 @@ func TestDropsEncoding(t *testing.T) {
 		if !Equal(got, sm) {
 			t.Fatalf("%s: changed in a round trip", name)
 		}
+		db := sm.Dropped.appendBinary(nil)
+		if !bytes.HasSuffix(b, db) || db[0] != kinds[name] {
+			t.Fatalf("%s: Drops kind %d, want %d", name, db[0], kinds[name])
+		}
+		if name == "planes" && len(db) > 24<<10 {
+			t.Errorf("planes: %d bytes, want under 24 KiB (64 KiB raw)", len(db))
+		}
 		// Every prefix is rejected, never a panic.
 		for n := 0; n < len(b); n += 1 + n/50 {
 			if _, err := Unmarshal(b[:n]); !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("%s: %d of %d bytes decoded (%v)", name, n, len(b), err)
 			}
 		}
-		t.Logf("%s: %d bytes", name, len(b))
+		t.Logf("%s: %d bytes, %d of them the Drops", name, len(b), len(db))
 	}
 	// Without Drops the encoding is format 1, as before.
 	plain := bs[0].WithN(4096)
@@ -236,7 +246,7 @@ func TestDropsEncoding(t *testing.T) {
 		t.Fatalf("empty Drops encoded as % x", good)
 	}
 	for name, tail := range map[string][]byte{
-		"kind 3":         {3},
+		"kind 4":         {4},
 		"zero cell":      {2, 1, 5, 0},
 		"cell above 15":  {2, 1, 5, 16},
 		"out of order":   {2, 2, 5, 1, 0, 1},
@@ -252,6 +262,61 @@ func TestDropsEncoding(t *testing.T) {
 	if _, err := Unmarshal(good); err != nil {
 		t.Fatalf("empty Drops: %v", err)
 	}
+	// Planes: a bitmap of 9,000 cells (more than dropsSparseMax), then the
+	// cells above 1.
+	bitmap := func(cells int) []byte {
+		b := make([]byte, 2*dropsWords)
+		for c := range cells {
+			b[c/8] |= 1 << (c % 8)
+		}
+		return b
+	}
+	planesTail := func(cells int, above ...byte) []byte {
+		return append(append([]byte{3}, bitmap(cells)...), above...)
+	}
+	ok := append(bytes.Clone(good[:len(good)-2]), planesTail(9000, 1, 5, 3)...)
+	if got, err := Unmarshal(ok); err != nil || got.Dropped.cell(5) != 3 || got.Dropped.cell(4) != 1 || got.Dropped.cell(9000) != 0 {
+		t.Fatalf("planes: %v", err)
+	}
+	for name, tail := range map[string][]byte{
+		"planes, too few cells":        planesTail(100, 0),
+		"planes, above 1 not set":      planesTail(9000, 1, 0x90, 0x4e, 2), // cell 10,000
+		"planes, 1 listed":             planesTail(9000, 1, 5, 1),
+		"planes, above 15":             planesTail(9000, 1, 5, 16),
+		"planes, out of order":         planesTail(9000, 2, 5, 2, 0, 2),
+		"planes, more listed than set": planesTail(8193, 0x82, 0x40),
+		"planes, short bitmap":         {3, 0xff, 0xff},
+		"planes, trailing bytes":       planesTail(9000, 0, 0),
+	} {
+		bad := append(bytes.Clone(good[:len(good)-2]), tail...)
+		if _, err := Unmarshal(bad); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("%s: decoded (%v)", name, err)
+		}
+	}
+}
+
+// busyBucketDrops is a sketch like a busy bucket's at 1M events/s (about
+// a quarter of the cells 1, one in a hundred 2 or 3) with its last cell
+// 15: the planes form.
+func busyBucketDrops() *Drops {
+	d := NewDrops()
+	d.dense()
+	x := uint64(7)
+	for c := range dropsCells {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		v := uint64(0)
+		switch r := x % 400; {
+		case r < 4:
+			v = 2 + r%2
+		case r < 100:
+			v = 1
+		}
+		d.Cells[c/16] |= v << (4 * (c % 16))
+	}
+	d.Cells[dropsWords-1] |= 0xf << 60
+	return d
 }
 
 // randomDrops returns a sketch with every cell random (dense) or n random

@@ -35,7 +35,14 @@ var ErrCorrupt = errors.New("corrupt summary")
 // 2: 'T' 'S' 0x02, the same fields, then the sketch: 0x01 and its cells as
 // little-endian 8-byte words (Drops.Cells), or 0x02 (sparse), the number
 // of cells not 0 and for each its index as the difference from the one
-// before (the first from 0) and its value as a byte, whichever is shorter.
+// before (the first from 0) and its value as a byte, whichever is shorter;
+// or, when more than dropsSparseMax cells are set and planes are shorter
+// than that (counting four bytes for each cell listed), 0x03 (planes): a
+// bitmap of the cells not 0 (bit b of word w is cell 64w+b, as
+// little-endian 8-byte words: 16 KiB), then the cells above 1 as 0x02
+// lists them. A busy bucket's sketch at 1M events/s has about a quarter
+// of its cells set, nearly all to 1: planes hold it in about 20 KiB,
+// where the raw form takes 64 KiB (BENCHMARKS.md, "Drops in planes").
 //
 // Hashes are not stored: the decoder recomputes them, so a summary can never
 // carry a hash that disagrees with its item.
@@ -76,15 +83,30 @@ func (sm *Summary) AppendBinary(dst []byte) ([]byte, error) {
 
 // appendBinary appends the sketch's encoding (see AppendBinary).
 func (d *Drops) appendBinary(dst []byte) []byte {
-	set := len(d.Sparse)
+	set, above := len(d.Sparse), 0
 	if d.Cells != nil {
 		set = 0
 		for _, w := range d.Cells {
 			set += bits.OnesCount64(nibblesSet(w))
+			above += bits.OnesCount64(nibblesAbove1(w))
 		}
 	}
 	// A sparse cell takes 2 to 4 bytes, a raw one half a byte.
-	if 8*set >= dropsCells {
+	raw := 8*set >= dropsCells
+	// Planes when shorter than the raw form, or than a sparse list of two
+	// bytes a cell at least (only a dense sketch has more than
+	// dropsSparseMax cells set): the bitmap, then at most four bytes for
+	// each cell above 1 (a gap of up to three, its value).
+	if set > dropsSparseMax && d.Cells != nil {
+		other := 1 + 8*dropsWords
+		if !raw {
+			other = 1 + uvarintLen(uint64(set)) + 2*set
+		}
+		if 1+2*dropsWords+uvarintLen(uint64(above))+4*above < other {
+			return d.appendPlanes(dst, above)
+		}
+	}
+	if raw {
 		dst = append(dst, 1)
 		for _, w := range d.Cells {
 			dst = binary.LittleEndian.AppendUint64(dst, w)
@@ -114,6 +136,63 @@ func (d *Drops) appendBinary(dst []byte) []byte {
 	return dst
 }
 
+// appendPlanes appends a dense sketch with above cells above 1 as planes
+// (0x03, see AppendBinary): the bitmap of cells not 0, then the cells
+// above 1 listed, both made in one pass over the cells.
+func (d *Drops) appendPlanes(dst []byte, above int) []byte {
+	dst = slices.Grow(dst, 1+2*dropsWords+binary.MaxVarintLen64+4*above)
+	dst = append(dst, 3)
+	at := len(dst)
+	dst = dst[:at+2*dropsWords]
+	dst = binary.AppendUvarint(dst, uint64(above))
+	last := 0
+	for i := 0; i < len(d.Cells); i += 4 {
+		var m uint64
+		for j, w := range d.Cells[i : i+4] {
+			m |= packNibbleBits(nibblesSet(w)) << (16 * j)
+			for a := nibblesAbove1(w); a != 0; a &= a - 1 {
+				k := bits.TrailingZeros64(a) / 4
+				c := 16*(i+j) + k
+				dst = binary.AppendUvarint(dst, uint64(c-last))
+				dst = append(dst, byte(w>>(4*k)&0xf))
+				last = c
+			}
+		}
+		binary.LittleEndian.PutUint64(dst[at+2*i:], m)
+	}
+	return dst
+}
+
+// nibblesAbove1 has the low bit of each nibble of w above 1 set.
+func nibblesAbove1(w uint64) uint64 { return (w>>1 | w>>2 | w>>3) & 0x1111111111111111 }
+
+// packNibbleBits gathers the low bits of w's sixteen nibbles (bits 0, 4,
+// ..., 60; the others 0) into the low sixteen bits, nibble i to bit i.
+func packNibbleBits(x uint64) uint64 {
+	x = (x | x>>3) & 0x0303030303030303
+	x = (x | x>>6) & 0x000f000f000f000f
+	x = (x | x>>12) & 0x000000ff000000ff
+	return (x | x>>24) & 0xffff
+}
+
+// spreadNibbleBits is packNibbleBits' inverse: bit i of the low sixteen
+// bits of x to bit 4i.
+func spreadNibbleBits(x uint64) uint64 {
+	return uint64(spreadByte[x&0xff]) | uint64(spreadByte[x>>8&0xff])<<32
+}
+
+// spreadByte[b] has bit 4i set for each bit i of b.
+var spreadByte = func() (t [256]uint32) {
+	for b := range t {
+		for i := range 8 {
+			t[b] |= uint32(b>>i&1) << (4 * i)
+		}
+	}
+	return t
+}()
+
+func uvarintLen(x uint64) int { return (bits.Len64(x|1) + 6) / 7 }
+
 // nibblesSet has the low bit of each nibble of w that is not 0 set.
 func nibblesSet(w uint64) uint64 { return (w | w>>1 | w>>2 | w>>3) & 0x1111111111111111 }
 
@@ -134,10 +213,7 @@ func (d *decoder) readDrops(old *Drops) *Drops {
 		if d.err != nil {
 			return nil
 		}
-		if len(out.Cells) != dropsWords {
-			out.Cells = make([]uint64, dropsWords)
-		}
-		out.Sparse = nil
+		out.makeCells()
 		for i := range out.Cells {
 			out.Cells[i] = binary.LittleEndian.Uint64(b[8*i:])
 		}
@@ -151,28 +227,86 @@ func (d *decoder) readDrops(old *Drops) *Drops {
 		}
 		out.Cells = nil
 		out.Sparse = out.Sparse[:0]
-		p := uint64(0)
-		for i := range n {
-			gap := d.uvarint()
-			c := d.bytes(1)
-			if d.err != nil {
-				return nil
-			}
-			if (i > 0 && gap == 0) || gap >= dropsCells-p || c[0] == 0 || c[0] > dropsNone {
-				d.err = fmt.Errorf("%w: dropped-count cell %d out of order, range or 0", ErrCorrupt, i)
-				return nil
-			}
-			p += gap
-			out.Sparse = append(out.Sparse, uint32(p)<<4|uint32(c[0]))
+		d.readCellList(n, 1, func(c uint64, v byte) error {
+			out.Sparse = append(out.Sparse, uint32(c)<<4|uint32(v))
+			return nil
+		})
+		if d.err != nil {
+			return nil
 		}
 		if len(out.Sparse) > dropsSparseMax {
 			out.dense()
+		}
+	case 3:
+		b := d.bytes(2 * dropsWords)
+		if d.err != nil {
+			return nil
+		}
+		out.makeCells()
+		set := 0
+		for i := 0; i < len(b); i += 8 {
+			m := binary.LittleEndian.Uint64(b[i:])
+			set += bits.OnesCount64(m)
+			for j := range 4 {
+				out.Cells[i/2+j] = spreadNibbleBits(m >> (16 * j))
+			}
+		}
+		n := d.uvarint()
+		if d.err == nil && (set <= dropsSparseMax || n > uint64(set) || 2*n > uint64(len(d.data)-d.off)) {
+			d.err = fmt.Errorf("%w: dropped-count planes of %d cells, %d above 1, in %d bytes", ErrCorrupt, set, n, len(d.data)-d.off)
+		}
+		if d.err != nil {
+			return nil
+		}
+		d.readCellList(n, 2, func(c uint64, v byte) error {
+			w, sh := &out.Cells[c/16], 4*(c%16)
+			if *w>>sh&0xf != 1 {
+				return fmt.Errorf("%w: dropped-count cell %d above 1 but not in the bitmap", ErrCorrupt, c)
+			}
+			*w += uint64(v-1) << sh
+			return nil
+		})
+		if d.err != nil {
+			return nil
 		}
 	default:
 		d.err = fmt.Errorf("%w: dropped-count sketch kind %d", ErrCorrupt, kind[0])
 		return nil
 	}
 	return out
+}
+
+// readCellList reads the n (gap, value) pairs of a list of cells (the
+// sparse kind's, and the planes' cells above 1), checking that the cells
+// increase within range and every value is in [least, 15], and calls f
+// with each; an error from f stops it, as d's error.
+func (d *decoder) readCellList(n uint64, least byte, f func(c uint64, v byte) error) {
+	p := uint64(0)
+	for i := range n {
+		gap := d.uvarint()
+		c := d.bytes(1)
+		if d.err != nil {
+			return
+		}
+		if (i > 0 && gap == 0) || gap >= dropsCells-p || c[0] < least || c[0] > dropsNone {
+			d.err = fmt.Errorf("%w: dropped-count cell %d out of order, out of range or below %d", ErrCorrupt, i, least)
+			return
+		}
+		p += gap
+		if err := f(p, c[0]); err != nil {
+			d.err = err
+			return
+		}
+	}
+}
+
+// makeCells makes d a dense sketch, reusing its cells' memory and leaving
+// their contents as they were: the caller writes every word.
+func (d *Drops) makeCells() {
+	if len(d.Cells) != dropsWords {
+		d.Cells = make([]uint64, dropsWords)
+	}
+	d.Sparse = nil
 }
 
 // EncodedN reads only the capacity N of an encoded summary.

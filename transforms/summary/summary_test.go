@@ -188,6 +188,9 @@ func FuzzUnmarshal(f *testing.F) {
 		f.Add(b)
 	}
 	f.Add([]byte("TS\x01\x01\x00\x00\x00\x00"))
+	planes := &Summary{N: 1, Theta: 1, Dropped: busyBucketDrops()}
+	b, _ := planes.MarshalBinary()
+	f.Add(b)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		sm, err := Unmarshal(data)
 		if err != nil {
