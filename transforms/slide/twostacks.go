@@ -42,8 +42,12 @@ type pane struct {
 }
 
 // get returns the pane's summary: sm, or packed decoded into a new summary
-// (its items share packed's bytes, or those it was decompressed into, so
-// it holds little more than its entries).
+// whose items share packed's bytes (so it holds little more than its
+// entries), or, when zipped, a copy of the items in one buffer of their
+// own: the bytes it was decompressed into are garbage at once, where
+// items over them kept every decompressed pane merged into a window's
+// aggregates alive, counts and Drops too (BENCHMARKS.md, "Decompressed
+// minutes let go").
 func (p *pane) get() (*summary.Summary, error) {
 	if p.sm != nil {
 		return p.sm, nil
@@ -52,7 +56,11 @@ func (p *pane) get() (*summary.Summary, error) {
 	if err != nil {
 		return nil, err
 	}
-	return summary.UnmarshalAliased(b)
+	sm, err := summary.UnmarshalAliased(b)
+	if err == nil && p.zipped {
+		sm.OwnItems()
+	}
+	return sm, err
 }
 
 // encoded is a packed pane's summary encoding (summary.AppendBinary),

@@ -346,6 +346,31 @@ func UnmarshalAliased(data []byte) (*Summary, error) {
 	return sm, nil
 }
 
+// OwnItems copies sm's items into one buffer of their own (one
+// allocation, the items' bytes only), so that sm no longer keeps alive
+// the bytes they were decoded over (UnmarshalAliased) or the summaries
+// they were merged from. For a summary decoded from bytes that are
+// garbage at once (a decompressed pane, transforms/slide): aliased, each
+// aggregate merged from it kept the whole decompressed encoding alive
+// (its counts, its Drops) for its items' sake.
+func (sm *Summary) OwnItems() {
+	n := 0
+	for i := range sm.Entries {
+		n += len(sm.Entries[i].Item)
+	}
+	buf := make([]byte, n)
+	off := 0
+	for i := range sm.Entries {
+		e := &sm.Entries[i]
+		if e.Item == "" {
+			continue
+		}
+		k := copy(buf[off:], e.Item)
+		e.Item = unsafe.String(&buf[off], k)
+		off += k
+	}
+}
+
 // unmarshal is UnmarshalBinary decoding the entries into entries(E), a
 // slice of length E (checked against the input's size before the call);
 // alias: items are strings over data (UnmarshalAliased), not copies.

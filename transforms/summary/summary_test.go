@@ -545,6 +545,38 @@ func randomCounted(rng *rand.Rand, cfg Config, items int) *Summary {
 	return counted(cfg, counts)
 }
 
+// TestOwnItems: a summary decoded over a buffer (UnmarshalAliased) keeps
+// its items once OwnItems has copied them, whatever is written over the
+// buffer after, and a merge of it with another is unchanged by the copy.
+func TestOwnItems(t *testing.T) {
+	sms := sampleSummaries(t)
+	sms[0].Entries = append(sms[0].Entries, Entry{Item: "", Hash: Hash(""), Lo: 1, Hi: 1})
+	sms[0].Total++
+	sms[0].N = max(sms[0].N, len(sms[0].Entries))
+	sms[0].sortByKey()
+	b, err := sms[0].MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sm, err := UnmarshalAliased(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := MergeEvents(sm, sms[1])
+	wantBytes, _ := want.MarshalBinary()
+	sm.OwnItems()
+	for i := range b {
+		b[i] = 'x'
+	}
+	if !Equal(sm, sms[0]) {
+		t.Fatal("items changed with the buffer they were decoded over")
+	}
+	got, _ := MergeEvents(sm, sms[1])
+	if gotBytes, _ := got.MarshalBinary(); !bytes.Equal(gotBytes, wantBytes) {
+		t.Fatal("a merge changed with OwnItems")
+	}
+}
+
 // TestUnmarshalKeyOrder: entries written out of key order decode into key
 // order, and an item given twice is refused whether or not the two are
 // next to each other in the input.
