@@ -562,7 +562,10 @@ func TestOwnItems(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, _ := MergeEvents(sm, sms[1])
+	want, err := MergeEvents(sm, sms[1])
+	if err != nil {
+		t.Fatal(err)
+	}
 	wantBytes, _ := want.MarshalBinary()
 	sm.OwnItems()
 	for i := range b {
@@ -571,7 +574,10 @@ func TestOwnItems(t *testing.T) {
 	if !Equal(sm, sms[0]) {
 		t.Fatal("items changed with the buffer they were decoded over")
 	}
-	got, _ := MergeEvents(sm, sms[1])
+	got, err := MergeEvents(sm, sms[1])
+	if err != nil {
+		t.Fatal(err)
+	}
 	if gotBytes, _ := got.MarshalBinary(); !bytes.Equal(gotBytes, wantBytes) {
 		t.Fatal("a merge changed with OwnItems")
 	}
