@@ -36,7 +36,8 @@ type pane struct {
 	sm    *summary.Summary // nil when only packed holds it
 	// packed is sm encoded (summary.AppendBinary), exactly sized, and
 	// compressed when zipped; never written after it is made, as the
-	// summaries decoded from it share its bytes (summary.UnmarshalAliased).
+	// summaries decoded from an unzipped one share its bytes
+	// (summary.UnmarshalAliased; a zipped one's get own their items).
 	packed []byte
 	zipped bool
 }
