@@ -49,10 +49,21 @@ func (r *faultRig) add(b int64, count uint64) error {
 // addSet runs a bundle of one element: bucket b's set of lists' counts.
 func (r *faultRig) addSet(b int64, lists map[string]map[string]uint64) error {
 	r.t.Helper()
+	sums := map[string]*summary.Summary{}
+	for l, m := range lists {
+		sums[l] = summarize(m, 8)
+	}
+	return r.addSums(b, sums)
+}
+
+// addSums runs a bundle of one element: bucket b's set of lists'
+// summaries.
+func (r *faultRig) addSums(b int64, lists map[string]*summary.Summary) error {
+	r.t.Helper()
 	var keys []string
 	var sums []*summary.Summary
 	for _, l := range slices.Sorted(maps.Keys(lists)) {
-		keys, sums = append(keys, l), append(sums, summarize(lists[l], 8))
+		keys, sums = append(keys, l), append(sums, lists[l])
 	}
 	set, err := summary.AppendSet(nil, keys, sums)
 	if err != nil {
@@ -296,4 +307,110 @@ func TestWindowsFnRandomFailures(t *testing.T) {
 		t.Fatalf("only %d window summaries emitted: the test compares too little", emitted)
 	}
 	t.Logf("failures injected: %v; %d window summaries compared", failures, emitted)
+}
+
+// A busy list's panes come back from Beam state as they were made: every
+// bucket and minute, entries and Drops, equal to the summaries the test
+// made in memory (never encoded). Its buckets are cut to N from thousands
+// of items, so each keeps a dense summary.Drops, held and written in the
+// planes encoding (summary.AppendBinary), and each minute the sum of six
+// of them (the other restore tests' summaries are small, with no Drops).
+// After the restore, the windows answer as the State that never lost its
+// cache, byte for byte: every bucket keeps the same five items, so no
+// merge cuts and the merge order cannot matter.
+func TestWindowsFnRestoresBusyPanes(t *testing.T) {
+	clean, restored := newFaultRigWith(t, testWindows), newFaultRigWith(t, testWindows)
+	c := summary.NewCounter(0)
+	made := map[int64]*summary.Summary{} // bucket start -> its summary
+	bucket := func(b int64) *summary.Summary {
+		c.Reset()
+		for i, it := range []string{"a", "b", "c", "d", "e"} {
+			c.Add(it, summary.Hash(it), uint64(3+i)+uint64(b/bucketMs%3))
+		}
+		// Dropped: 6,000 items (24,000 of the Drops' 131,072 cells set),
+		// one in 16 counted twice (cells of 2, listed after the bitmap).
+		for i := range 6000 {
+			it := "tail" + strconv.FormatInt(b, 10) + "-" + strconv.Itoa(i)
+			c.Add(it, summary.Hash(it), 1+uint64(i%16/15))
+		}
+		made[b] = c.Summary(summary.Config{N: 5})
+		return made[b]
+	}
+	planes := 0
+	step := func(k int64) {
+		b := faultT0 + k*bucketMs
+		sm := bucket(b)
+		if enc, _ := sm.MarshalBinary(); len(enc) > 16<<10 && len(enc) < 24<<10 {
+			planes++ // a 16 KiB bitmap and a short list: not sparse, not the 64 KiB array
+		}
+		var want map[string]string
+		for _, r := range []*faultRig{clean, restored} {
+			if err := r.addSums(b, map[string]*summary.Summary{faultList: sm}); err != nil {
+				t.Fatal(err)
+			}
+			r.sp.Commit()
+			got, err := r.fireAll(b + bucketMs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.sp.Commit()
+			if r == clean {
+				want = got
+			} else if !maps.Equal(got, want) {
+				t.Fatalf("bucket %d: the restored State's %d results differ from the clean one's %d", k, len(got), len(want))
+			}
+		}
+	}
+	const minutes = 70
+	for k := range int64(minutes * 6) {
+		step(k)
+	}
+	if planes != minutes*6 {
+		t.Fatalf("%d of %d buckets encoded as planes", planes, minutes*6)
+	}
+	key := restored.fn.ID + "\x00p0"
+	cache.Delete(key) // a new worker: it rebuilds from Beam state
+	e, err := restored.fn.load(context.Background(), restored.sp, "p0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	levels := e.st.Levels()
+	n := 0
+	for li, size := range levels {
+		err := e.st.Panes(li, func(list string, start int64, sm *summary.Summary, packed []byte) {
+			n++
+			if packed != nil {
+				var err error
+				if sm, err = summary.Unmarshal(packed); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// What the pane holds: its buckets merged in start order.
+			var want *summary.Summary
+			for b := start; b < start+size; b += bucketMs {
+				switch {
+				case made[b] == nil:
+				case want == nil:
+					want = made[b]
+				default:
+					if want, err = summary.MergeEvents(want, made[b]); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if want == nil || want.Dropped == nil || !summary.Equal(sm, want) {
+				t.Fatalf("level %d, pane at %d: restored %d entries, not what its buckets hold", li, start, len(sm.Entries))
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.mu.Unlock()
+	if n < 80 { // 30 buckets (the 5m window's) and most of an hour's minutes
+		t.Fatalf("restored %d panes", n)
+	}
+	for k := int64(minutes * 6); k < (minutes+10)*6; k++ { // ten more minutes
+		step(k)
+	}
 }
