@@ -34,8 +34,10 @@
 // (encoded, about a third of its decoded size, see pane): the closed
 // minutes and the buckets a minute old (State.packIdle; the State and its
 // aggregators share them), and the front aggregates kept for a later
-// block; the minutes and the 1h window's aggregates, held for an hour
-// and read about once in it, compressed as well (zstd: about half). The
+// block (and, in the 1h window, those a block's turn at the top makes
+// again, but for the top's); the minutes and the 1h window's aggregates,
+// held for an hour and read about once in it, compressed as well (zstd:
+// about half). The
 // minutes and the aggregates may keep fewer entries than the buckets
 // (Config.UpperN, Config.AggN): an aggregate merges many panes, so
 // a list of a few hundred items per bucket holds aggregates as big as a
