@@ -228,15 +228,19 @@ func checkDecoded(t *testing.T, data []byte) {
 }
 
 // TestUnmarshalMutations runs FuzzUnmarshal's property over random
-// mutations of the large encodings its seeds leave out: summaries with a
-// dense Drops (the sample summaries) and with a planes one (a busy
-// bucket's). Each mutation flips, overwrites, inserts or deletes a few
-// bytes, or truncates, at positions spread over the whole encoding, so
-// the Drops' bytes at the end are hit as often as the header.
+// mutations of the large encodings its seeds leave out: Drops as planes
+// (a sample summary's, with entries and a sketch, and a busy bucket's)
+// and as the whole array (every cell random). Each mutation flips,
+// overwrites, inserts or deletes a few bytes, or truncates, at positions
+// spread over the whole encoding, so the Drops' bytes at the end are hit
+// as often as the header.
 func TestUnmarshalMutations(t *testing.T) {
-	planes := &Summary{N: 1, Theta: 1, Dropped: busyBucketDrops()}
-	bases := []*Summary{sampleSummaries(t)[0], planes}
 	x := uint64(0x9e3779b97f4a7c15)
+	bases := []*Summary{
+		sampleSummaries(t)[0],
+		{N: 1, Theta: 1, Dropped: busyBucketDrops()},
+		{N: 1, Theta: 1, Dropped: randomDrops(&x, -1)},
+	}
 	next := func(n int) int {
 		x ^= x << 13
 		x ^= x >> 7
@@ -285,7 +289,7 @@ func TestUnmarshalMutations(t *testing.T) {
 			}()
 		}
 	}
-	t.Logf("%d of %d mutations decoded", decoded, 2*1500)
+	t.Logf("%d of %d mutations decoded", decoded, len(bases)*1500)
 }
 
 // Counting an item already in the counter allocates nothing.
