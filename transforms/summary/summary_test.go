@@ -241,12 +241,7 @@ func TestUnmarshalMutations(t *testing.T) {
 		{N: 1, Theta: 1, Dropped: busyBucketDrops()},
 		{N: 1, Theta: 1, Dropped: randomDrops(&x, -1)},
 	}
-	next := func(n int) int {
-		x ^= x << 13
-		x ^= x >> 7
-		x ^= x << 17
-		return int(x % uint64(n))
-	}
+	next := rand.New(rand.NewPCG(11, 12)).IntN
 	decoded := 0
 	for bi, base := range bases {
 		good, err := base.MarshalBinary()
